@@ -1,0 +1,95 @@
+/**
+ * @file backend.hpp
+ * @brief Backend tags that select where a ccht::table lives and runs (stdgpu-style).
+ *
+ * Each backend provides a stream type and the few memory primitives the table and the tests
+ * need. CPU and CUDA tables can live in one program.
+ */
+#pragma once
+
+#include <ccht/config.hpp>
+#include <ccht/error.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if CCHT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ccht {
+
+/// Stream type of the CPU backend: work is done before the call returns, so it carries nothing.
+struct host_stream {};
+
+/**
+ * @brief The CPU backend: host memory, batches run over OpenMP threads (or serially when built
+ *        without OpenMP), the same core as the GPU with a one-thread tile.
+ */
+struct cpu_backend {
+  /// Stream type accepted by bulk operations.
+  using stream_type = host_stream;
+  /// Name for tools and test output.
+  static constexpr char const* name = "cpu";
+  /// Allocates @p bytes aligned to 128 bytes. Throws ccht::error (out_of_memory).
+  static void* allocate(std::size_t bytes) {
+    std::size_t const rounded = (bytes + 127) / 128 * 128;
+    if (rounded < bytes) { throw error(error_code::out_of_memory, "allocation size overflows"); }
+    void* p = std::aligned_alloc(128, rounded == 0 ? 128 : rounded);
+    if (p == nullptr) {
+      throw error(error_code::out_of_memory,
+                  "host allocation of " + std::to_string(bytes) + " bytes failed");
+    }
+    return p;
+  }
+  /// Frees memory from allocate().
+  static void deallocate(void* p) noexcept { std::free(p); }
+  /// Copies backend memory to host memory.
+  static void copy_to_host(void* dst, void const* src, std::size_t bytes, stream_type = {}) {
+    if (bytes) { std::memcpy(dst, src, bytes); }
+  }
+  /// Copies host memory to backend memory.
+  static void copy_from_host(void* dst, void const* src, std::size_t bytes, stream_type = {}) {
+    if (bytes) { std::memcpy(dst, src, bytes); }
+  }
+  /// Waits for work on @p stream (nothing to wait for on the CPU).
+  static void synchronize(stream_type = {}) {}
+  /// Whether the backend can run here.
+  static bool available() noexcept { return true; }
+};
+
+#if CCHT_WITH_CUDA
+/**
+ * @brief The CUDA backend: device memory, warp-cooperative kernels, stream-ordered operations.
+ *
+ * Buffers passed to a CUDA table's bulk operations are device (or managed) memory.
+ */
+struct cuda_backend {
+  /// Stream type accepted by bulk operations.
+  using stream_type = cudaStream_t;
+  /// Name for tools and test output.
+  static constexpr char const* name = "cuda";
+  /// cudaMalloc; throws ccht::error (out_of_memory or cuda_failure) with the CUDA error string.
+  static void* allocate(std::size_t bytes);
+  /// cudaFree.
+  static void deallocate(void* p) noexcept;
+  /// Device-to-host copy, synchronous with respect to @p stream.
+  static void copy_to_host(void* dst, void const* src, std::size_t bytes, stream_type stream = {});
+  /// Host-to-device copy, synchronous with respect to @p stream.
+  static void copy_from_host(void* dst, void const* src, std::size_t bytes,
+                             stream_type stream = {});
+  /// cudaStreamSynchronize; throws ccht::error on failure.
+  static void synchronize(stream_type stream = {});
+  /// Whether a usable GPU is present.
+  static bool available() noexcept;
+};
+
+namespace detail {
+/// Throws ccht::error (cuda_failure, or out_of_memory for cudaErrorMemoryAllocation) on failure.
+void check_cuda(cudaError_t status, char const* what);
+}  // namespace detail
+#endif
+
+}  // namespace ccht

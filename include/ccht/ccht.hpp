@@ -1,0 +1,17 @@
+/**
+ * @file ccht.hpp
+ * @brief Umbrella header: everything a user of ccht needs.
+ */
+#pragma once
+
+#include <ccht/backend.hpp>
+#include <ccht/config.hpp>
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/bucket_ops.hpp>
+#include <ccht/core/hash.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/core/tile.hpp>
+#include <ccht/core/types.hpp>
+#include <ccht/error.hpp>
+#include <ccht/table.hpp>
+#include <ccht/table_ref.hpp>

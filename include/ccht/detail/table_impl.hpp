@@ -1,0 +1,270 @@
+// Backend-independent part of ccht::table: argument checks (the same errors on every backend),
+// synchronous wrappers over the async calls, then one call into detail::launcher<Backend>.
+#pragma once
+
+#include <ccht/detail/launcher.hpp>
+#include <ccht/detail/validate.hpp>
+#include <ccht/error.hpp>
+
+#include <string>
+#include <utility>
+
+namespace ccht {
+namespace detail {
+
+/// Backend words for one synchronous call; finish() waits and throws if the batch was rejected.
+template <class Backend>
+class sync_call {
+ public:
+  using launcher_type = launcher<Backend>;
+  using stream_type = typename Backend::stream_type;
+
+  sync_call(char const* op, stream_type stream)
+      : op_(op), stream_(stream), words_(launcher_type::acquire_words(stream)) {}
+  ~sync_call() {
+    if (words_ != nullptr) {
+      std::size_t host[2];
+      try {
+        launcher_type::release_words(words_, host, stream_);
+      } catch (...) {  // already unwinding from another error
+      }
+    }
+  }
+  sync_call(sync_call const&) = delete;
+  sync_call& operator=(sync_call const&) = delete;
+
+  std::size_t* count() const noexcept { return words_; }
+  std::size_t* reject() const noexcept { return words_ + 1; }
+
+  /// Waits for the call; returns the count or throws error_code::reserved_key.
+  std::size_t finish(std::span<key_type const> keys_for_message) {
+    std::size_t host[2];
+    launcher_type::release_words(std::exchange(words_, nullptr), host, stream_);
+    if (host[1] != no_reject) {
+      key_type k = 0;
+      Backend::copy_to_host(&k, keys_for_message.data() + host[1], sizeof(k), stream_);
+      throw error(error_code::reserved_key, reserved_key_message(op_, host[1], k));
+    }
+    return host[0];
+  }
+
+ private:
+  char const* op_;
+  stream_type stream_;
+  std::size_t* words_;
+};
+
+}  // namespace detail
+
+template <class Backend, class Policy>
+table<Backend, Policy>::table(std::size_t num_slots, table_options options) : options_(options) {
+  std::uint32_t const nb = detail::buckets_for_slots(num_slots, bucket_size);
+  state_.cpu_threads = options.cpu_threads;
+  launcher::create(state_, nb, options.seed);
+}
+
+template <class Backend, class Policy>
+table<Backend, Policy>::~table() {
+  launcher::destroy(state_);
+}
+
+template <class Backend, class Policy>
+table<Backend, Policy>::table(table&& other) noexcept
+    : state_(std::exchange(other.state_, {})), options_(other.options_) {}
+
+template <class Backend, class Policy>
+table<Backend, Policy>& table<Backend, Policy>::operator=(table&& other) noexcept {
+  if (this != &other) {
+    launcher::destroy(state_);
+    state_ = std::exchange(other.state_, {});
+    options_ = other.options_;
+  }
+  return *this;
+}
+
+template <class Backend, class Policy>
+std::size_t table<Backend, Policy>::size(stream_type stream) const {
+  return launcher::size(state_, stream);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::clear(stream_type stream) {
+  launcher::clear(state_, stream);
+  Backend::synchronize(stream);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::find(std::span<key_type const> keys, std::span<value_type> values_out,
+                                  std::span<bool> found_out, stream_type stream) {
+  detail::sync_call<Backend> call("find", stream);
+  detail::check_span(keys, keys.size(), "find", "keys");
+  detail::check_span(values_out, keys.size(), "find", "values_out");
+  detail::check_span(found_out, keys.size(), "find", "found_out");
+  if (!keys.empty()) {
+    launcher::template find<Policy>(state_, keys.data(), values_out.data(), found_out.data(),
+                                    keys.size(), call.reject(), stream);
+  }
+  call.finish(keys);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::find_async(std::span<key_type const> keys,
+                                        std::span<value_type> values_out,
+                                        std::span<bool> found_out, stream_type stream) {
+  detail::check_span(keys, keys.size(), "find", "keys");
+  detail::check_span(values_out, keys.size(), "find", "values_out");
+  detail::check_span(found_out, keys.size(), "find", "found_out");
+  if (keys.empty()) { return; }
+  launcher::template find<Policy>(state_, keys.data(), values_out.data(), found_out.data(),
+                                  keys.size(), nullptr, stream);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::contains(std::span<key_type const> keys, std::span<bool> found_out,
+                                      stream_type stream) const {
+  detail::sync_call<Backend> call("contains", stream);
+  detail::check_span(keys, keys.size(), "contains", "keys");
+  detail::check_span(found_out, keys.size(), "contains", "found_out");
+  if (!keys.empty()) {
+    launcher::contains(state_, keys.data(), found_out.data(), keys.size(), call.reject(), stream);
+  }
+  call.finish(keys);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::contains_async(std::span<key_type const> keys,
+                                            std::span<bool> found_out, stream_type stream) const {
+  detail::check_span(keys, keys.size(), "contains", "keys");
+  detail::check_span(found_out, keys.size(), "contains", "found_out");
+  if (keys.empty()) { return; }
+  launcher::contains(state_, keys.data(), found_out.data(), keys.size(), nullptr, stream);
+}
+
+namespace detail {
+inline void check_upsert_args(std::span<key_type const> keys, std::span<value_type const> values,
+                              std::span<key_type> evicted_keys,
+                              std::span<value_type> evicted_values) {
+  char const* const op = "insert_or_assign";
+  check_span(keys, keys.size(), op, "keys");
+  check_span(values, keys.size(), op, "values");
+  check_span(evicted_keys, keys.size(), op, "evicted_keys", true);
+  check_span(evicted_values, keys.size(), op, "evicted_values", true);
+}
+
+inline void check_execute_args(std::span<op_code const> ops, std::span<key_type const> keys,
+                               std::span<value_type const> values,
+                               std::span<value_type> values_out, std::span<op_status> status_out,
+                               std::span<key_type> evicted_keys,
+                               std::span<value_type> evicted_values) {
+  char const* const op = "execute";
+  std::size_t const n = keys.size();
+  check_span(ops, n, op, "ops");
+  check_span(keys, n, op, "keys");
+  check_span(values, n, op, "values");
+  check_span(values_out, n, op, "values_out");
+  check_span(status_out, n, op, "status_out");
+  check_span(evicted_keys, n, op, "evicted_keys", true);
+  check_span(evicted_values, n, op, "evicted_values", true);
+}
+}  // namespace detail
+
+template <class Backend, class Policy>
+std::size_t table<Backend, Policy>::insert_or_assign(std::span<key_type const> keys,
+                                                     std::span<value_type const> values,
+                                                     std::span<key_type> evicted_keys,
+                                                     std::span<value_type> evicted_values,
+                                                     stream_type stream) {
+  detail::sync_call<Backend> call("insert_or_assign", stream);
+  detail::check_upsert_args(keys, values, evicted_keys, evicted_values);
+  if (!keys.empty()) {
+    launcher::template insert_or_assign<Policy>(state_, keys.data(), values.data(), keys.size(),
+                                                evicted_keys.data(), evicted_values.data(),
+                                                call.count(), call.reject(), stream);
+  }
+  return call.finish(keys);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::insert_or_assign_async(std::span<key_type const> keys,
+                                                    std::span<value_type const> values,
+                                                    std::span<key_type> evicted_keys,
+                                                    std::span<value_type> evicted_values,
+                                                    std::size_t* num_evicted, stream_type stream) {
+  detail::check_upsert_args(keys, values, evicted_keys, evicted_values);
+  if (num_evicted == nullptr) {
+    throw error(error_code::null_pointer, "insert_or_assign_async: num_evicted is null");
+  }
+  launcher::template insert_or_assign<Policy>(state_, keys.data(), values.data(), keys.size(),
+                                              evicted_keys.data(), evicted_values.data(),
+                                              num_evicted, nullptr, stream);
+}
+
+template <class Backend, class Policy>
+std::size_t table<Backend, Policy>::erase(std::span<key_type const> keys, stream_type stream) {
+  detail::sync_call<Backend> call("erase", stream);
+  detail::check_span(keys, keys.size(), "erase", "keys");
+  if (!keys.empty()) {
+    launcher::erase(state_, keys.data(), keys.size(), call.count(), call.reject(), stream);
+  }
+  return call.finish(keys);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::erase_async(std::span<key_type const> keys, std::size_t* num_erased,
+                                         stream_type stream) {
+  detail::check_span(keys, keys.size(), "erase", "keys");
+  if (keys.empty()) { return; }
+  launcher::erase(state_, keys.data(), keys.size(), num_erased, nullptr, stream);
+}
+
+template <class Backend, class Policy>
+std::size_t table<Backend, Policy>::execute(
+    std::span<op_code const> ops, std::span<key_type const> keys,
+    std::span<value_type const> values, std::span<value_type> values_out,
+    std::span<op_status> status_out, std::span<key_type> evicted_keys,
+    std::span<value_type> evicted_values, stream_type stream) {
+  detail::sync_call<Backend> call("execute", stream);
+  detail::check_execute_args(ops, keys, values, values_out, status_out, evicted_keys,
+                             evicted_values);
+  if (!keys.empty()) {
+    launcher::template execute<Policy>(state_, ops.data(), keys.data(), values.data(),
+                                       values_out.data(), status_out.data(), keys.size(),
+                                       evicted_keys.data(), evicted_values.data(), call.count(),
+                                       call.reject(), stream);
+  }
+  return call.finish(keys);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::execute_async(
+    std::span<op_code const> ops, std::span<key_type const> keys,
+    std::span<value_type const> values, std::span<value_type> values_out,
+    std::span<op_status> status_out, std::span<key_type> evicted_keys,
+    std::span<value_type> evicted_values, std::size_t* num_evicted, stream_type stream) {
+  detail::check_execute_args(ops, keys, values, values_out, status_out, evicted_keys,
+                             evicted_values);
+  if (num_evicted == nullptr) {
+    throw error(error_code::null_pointer, "execute_async: num_evicted is null");
+  }
+  launcher::template execute<Policy>(state_, ops.data(), keys.data(), values.data(),
+                                     values_out.data(), status_out.data(), keys.size(),
+                                     evicted_keys.data(), evicted_values.data(), num_evicted,
+                                     nullptr, stream);
+}
+
+template <class Backend, class Policy>
+std::size_t table<Backend, Policy>::export_entries(std::span<key_type> keys_out,
+                                                   std::span<value_type> values_out,
+                                                   stream_type stream) const {
+  detail::check_span(keys_out, keys_out.size(), "export_entries", "keys_out");
+  detail::check_span(values_out, keys_out.size(), "export_entries", "values_out");
+  return launcher::export_entries(state_, keys_out.data(), values_out.data(), keys_out.size(),
+                                  stream);
+}
+
+template <class Backend, class Policy>
+void table<Backend, Policy>::check_async_error(stream_type stream) {
+  launcher::check_async_error(state_, stream);
+}
+
+}  // namespace ccht

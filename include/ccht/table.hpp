@@ -1,0 +1,187 @@
+/**
+ * @file table.hpp
+ * @brief ccht::table: the CCHT index, a bucketized cuckoo hash table whose per-bucket
+ *        replacement policy replaces cuckoo kick-out.
+ *
+ * Members are defined once for every backend in detail/table_impl.hpp (argument checks, sync
+ * wrappers); each backend implements detail::launcher<Backend> (detail/launcher.hpp).
+ */
+#pragma once
+
+#include <ccht/backend.hpp>
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/core/types.hpp>
+#include <ccht/detail/launcher.hpp>
+#include <ccht/table_ref.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace ccht {
+
+/// Construction options of a ccht::table.
+struct table_options {
+  /// Hash seed; tables with different seeds place keys differently.
+  std::uint64_t seed = default_seed;
+  /// CPU backend: worker threads per bulk call (0: the OpenMP default). Ignored on CUDA.
+  int cpu_threads = 0;
+};
+
+/**
+ * @brief A fixed-size cache index over 64-bit keys and 64-bit payloads.
+ *
+ * Each key has two candidate buckets of `bucket_size` slots. An insert that finds neither its key
+ * nor a free slot evicts the policy's victim of the two buckets (never kicks out), and reports the
+ * evicted pair to the caller. So every operation touches at most two buckets.
+ *
+ * **Buffers.** Spans passed to bulk operations point to backend memory: host memory for
+ * ccht::cpu_backend, device (or managed) memory for ccht::cuda_backend.
+ *
+ * **Errors.** Bad input throws ccht::error before anything is modified: zero or disagreeing sizes,
+ * null buffers with a non-zero size, reserved keys (see ccht::is_reserved_key). A batch of size 0
+ * is a no-op. On the CUDA backend an `_async` call checks sizes and pointers on the host; a batch
+ * with a reserved key is skipped whole on the device and reported by the next synchronous call or
+ * by check_async_error().
+ *
+ * **Concurrency.** Lookups, upserts and erases on overlapping keys may run at the same time: within
+ * one batch, from many host threads, across streams, and through refs in user kernels. A find
+ * returns the latest value written for its key or a miss, never a torn value or another key's
+ * value, and no key is ever present twice. Within one batch the elements have no defined order
+ * (on the CPU backend with one thread they run in index order). clear() may also run
+ * concurrently; it empties one bucket at a time.
+ *
+ * **Ticks.** Every element of a batch gets its own tick from the table's logical clock, in index
+ * order, so a serial run follows the policy exactly (see ccht::lru, ccht::fifo, ccht::lfu).
+ *
+ * @tparam Backend ccht::cpu_backend or ccht::cuda_backend
+ * @tparam Policy in-bucket policy: ccht::lru (default), ccht::fifo, ccht::lfu
+ */
+template <class Backend, class Policy = lru>
+class table {
+ public:
+  using backend_type = Backend;                        ///< backend tag
+  using policy_type = Policy;                          ///< in-bucket policy
+  using stream_type = typename Backend::stream_type;   ///< stream for `_async` calls
+  using key_type = ccht::key_type;                     ///< 64-bit key
+  using value_type = ccht::value_type;                 ///< 64-bit payload
+  static constexpr int bucket_size = default_bucket_size;  ///< slots per bucket
+  using ref_type = table_ref<Policy, bucket_size>;     ///< device/host ref type
+
+  /**
+   * @brief Allocates an empty table of at least @p num_slots slots.
+   *
+   * Slots are rounded up to whole buckets, and to at least two buckets.
+   * @throws ccht::error invalid_size if num_slots is 0 or above 2^32 buckets; out_of_memory or
+   *         cuda_failure if allocation fails.
+   */
+  explicit table(std::size_t num_slots, table_options options = {});
+  ~table();
+  table(table const&) = delete;
+  table& operator=(table const&) = delete;
+  /// Moves the storage; the source becomes empty of storage and must not be used.
+  table(table&& other) noexcept;
+  /// Moves the storage.
+  table& operator=(table&& other) noexcept;
+
+  /// Number of slots (buckets x bucket_size).
+  std::size_t num_slots() const noexcept { return num_buckets() * bucket_size; }
+  /// Number of buckets.
+  std::size_t num_buckets() const noexcept { return state_.view.num_buckets; }
+  /// Options the table was built with.
+  table_options const& options() const noexcept { return options_; }
+
+  /// Number of entries (a snapshot when writers run concurrently).
+  std::size_t size(stream_type stream = {}) const;
+  /// Removes every entry. Does not report them as evicted.
+  void clear(stream_type stream = {});
+
+  /**
+   * @brief Looks up every key; a hit writes the value and promotes the entry.
+   * @param keys keys to look up
+   * @param values_out values of hits (untouched for misses); same size as keys
+   * @param found_out whether each key was found; same size as keys
+   */
+  void find(std::span<key_type const> keys, std::span<value_type> values_out,
+            std::span<bool> found_out, stream_type stream = {});
+  /// Stream-ordered find(); returns before completion on the CUDA backend.
+  void find_async(std::span<key_type const> keys, std::span<value_type> values_out,
+                  std::span<bool> found_out, stream_type stream = {});
+
+  /// Whether each key is present, without promoting anything.
+  void contains(std::span<key_type const> keys, std::span<bool> found_out,
+                stream_type stream = {}) const;
+  /// Stream-ordered contains().
+  void contains_async(std::span<key_type const> keys, std::span<bool> found_out,
+                      stream_type stream = {}) const;
+
+  /**
+   * @brief Upserts every (key, value) pair.
+   *
+   * Pairs evicted to make room are written to @p evicted_keys / @p evicted_values, whose size must
+   * be at least keys.size() (one victim per insert at most).
+   * @return the number of evicted pairs written
+   */
+  std::size_t insert_or_assign(std::span<key_type const> keys, std::span<value_type const> values,
+                               std::span<key_type> evicted_keys,
+                               std::span<value_type> evicted_values, stream_type stream = {});
+  /// Stream-ordered insert_or_assign(); the eviction count goes to @p num_evicted (backend memory).
+  void insert_or_assign_async(std::span<key_type const> keys, std::span<value_type const> values,
+                              std::span<key_type> evicted_keys,
+                              std::span<value_type> evicted_values, std::size_t* num_evicted,
+                              stream_type stream = {});
+
+  /// Erases every key. @return the number of keys that were present
+  std::size_t erase(std::span<key_type const> keys, stream_type stream = {});
+  /// Stream-ordered erase(); the count goes to @p num_erased (backend memory, may be null).
+  void erase_async(std::span<key_type const> keys, std::size_t* num_erased,
+                   stream_type stream = {});
+
+  /**
+   * @brief A mixed batch: element i is a find, an upsert or an erase (ops[i]) of keys[i], all in
+   *        one call (one kernel launch on the GPU), running concurrently.
+   * @param ops what each element does
+   * @param keys the keys
+   * @param values upsert values (read for upserts only); same size as keys
+   * @param values_out found values (written for hits only); same size as keys
+   * @param status_out per-element outcome (see ccht::op_status); same size as keys
+   * @param evicted_keys,evicted_values victims of upserts; at least keys.size() each
+   * @return the number of evicted pairs written
+   */
+  std::size_t execute(std::span<op_code const> ops, std::span<key_type const> keys,
+                      std::span<value_type const> values, std::span<value_type> values_out,
+                      std::span<op_status> status_out, std::span<key_type> evicted_keys,
+                      std::span<value_type> evicted_values, stream_type stream = {});
+  /// Stream-ordered execute(); the eviction count goes to @p num_evicted (backend memory).
+  void execute_async(std::span<op_code const> ops, std::span<key_type const> keys,
+                     std::span<value_type const> values, std::span<value_type> values_out,
+                     std::span<op_status> status_out, std::span<key_type> evicted_keys,
+                     std::span<value_type> evicted_values, std::size_t* num_evicted,
+                     stream_type stream = {});
+
+  /**
+   * @brief Copies every entry out (each bucket read consistently).
+   *
+   * Writes min(size, capacity) pairs where capacity = keys_out.size() (== values_out.size()).
+   * @return the number of entries found; larger than the capacity means the output was truncated
+   */
+  std::size_t export_entries(std::span<key_type> keys_out, std::span<value_type> values_out,
+                             stream_type stream = {}) const;
+
+  /// On the CUDA backend, throws if an earlier `_async` batch was rejected; a no-op on the CPU.
+  void check_async_error(stream_type stream = {});
+
+  /// Trivially copyable handle for per-key calls from kernels or host threads.
+  ref_type ref() const noexcept { return ref_type(state_.view, state_.clock); }
+
+ private:
+  using launcher = detail::launcher<Backend>;
+
+  detail::table_state state_{};
+  table_options options_{};
+};
+
+}  // namespace ccht
+
+#include <ccht/detail/table_impl.hpp>

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One entry point for newcomers and CI.
+#   tools/dev.sh quickstart   install what is missing, build (CPU preset), run the quickstart
+#   tools/dev.sh test         install what is missing, build and run the whole test suite:
+#                             CPU tests, the ThreadSanitizer build, the CUDA build (compiled for
+#                             sm_90; its GPU tests skip visibly without a GPU), and the installed
+#                             package's example consumer
+#   tools/dev.sh setup        only install what is missing (Debian/Ubuntu packages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+say() { printf '\n== %s\n' "$*"; }
+
+setup() {
+  local pkgs=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev
+              libcli11-dev libcuckoo-dev)
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    say "installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # The core needs libcu++ (cuda::atomic_ref) from the CUDA toolkit's CCCL, even on the CPU.
+  if [ -z "${CUDAToolkit_ROOT:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "error: the CUDA toolkit (for its CCCL headers) is required; install it or set CUDAToolkit_ROOT" >&2
+    exit 1
+  fi
+  if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  fi
+}
+
+build() {  # build PRESET
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "$jobs"
+}
+
+quickstart() {
+  setup
+  say "building (preset cpu)"
+  build cpu
+  say "running the quickstart"
+  ./build/cpu/tools/ccht_quickstart
+}
+
+run_tests() {
+  setup
+  say "CPU backend: build and test (preset cpu)"
+  build cpu
+  ctest --preset cpu -j "$jobs"
+
+  say "ThreadSanitizer build of the concurrency tests (preset tsan)"
+  build tsan
+  ctest --preset tsan
+
+  if command -v nvcc >/dev/null; then
+    say "CUDA backend: compile for sm_90 and run the GPU tests (preset cuda)"
+    build cuda
+    ctest --preset cuda -L cuda
+  else
+    say "nvcc not found: CUDA backend not compiled"
+  fi
+
+  say "installed package: build and run examples/consumer against it"
+  cmake --install build/cpu --prefix build/install-cpu >/dev/null
+  cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install-cpu" >/dev/null
+  cmake --build build/consumer -j "$jobs"
+  ./build/consumer/consumer
+  say "all test stages passed"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  quickstart) quickstart ;;
+  test) run_tests ;;
+  *) echo "usage: tools/dev.sh quickstart|test|setup" >&2; exit 2 ;;
+esac
