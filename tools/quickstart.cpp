@@ -50,20 +50,28 @@ int run() {
   std::vector<ccht::key_type> mek(m);
   std::vector<ccht::value_type> mev(m);
   std::size_t const mixed_evicted = table.execute(ops, mk, mv, out, status, mek, mev);
-  std::size_t counts[5] = {};
-  std::size_t wrong = 0;
+  std::size_t find_hits = 0, find_misses = 0, erased = 0, erase_absent = 0, wrong = 0;
+  std::size_t upsert[5] = {};
   for (std::size_t i = 0; i < m; ++i) {
-    ++counts[static_cast<int>(status[i])];
-    if (ops[i] == ccht::op_code::find && status[i] == ccht::op_status::hit && out[i] != mk[i] * 10) {
-      ++wrong;
+    bool const hit = status[i] == ccht::op_status::hit;
+    switch (ops[i]) {
+      case ccht::op_code::find:
+        (hit ? find_hits : find_misses) += 1;
+        wrong += hit && out[i] != mk[i] * 10;  // every value written was key * 10
+        break;
+      case ccht::op_code::insert_or_assign: ++upsert[static_cast<int>(status[i])]; break;
+      case ccht::op_code::erase: (hit ? erased : erase_absent) += 1; break;
     }
   }
-  std::printf("mixed batch of %zu (70%% find, 25%% upsert, 5%% erase), one call:\n", m);
-  std::printf("  finds:   %zu hits, misses and erases-of-absent: %zu\n", counts[1],
-              counts[0]);
-  std::printf("  upserts: %zu assigned, %zu inserted, %zu inserted after an eviction (%zu reported)\n",
-              counts[2], counts[3], counts[4], mixed_evicted);
-  std::printf("  values checked: %zu wrong\n", wrong);
+  auto const as = [](ccht::op_status s) { return static_cast<int>(s); };
+  std::printf("mixed batch of %zu elements (70%% find, 25%% upsert, 5%% erase) in one call:\n", m);
+  std::printf("  find:   %zu hits (values checked: %zu wrong), %zu misses (keys evicted earlier)\n",
+              find_hits, wrong, find_misses);
+  std::printf("  upsert: %zu updated in place, %zu into a free slot, %zu after evicting a bucket "
+              "tail (%zu evicted pairs reported)\n",
+              upsert[as(ccht::op_status::assigned)], upsert[as(ccht::op_status::inserted)],
+              upsert[as(ccht::op_status::inserted_evicted)], mixed_evicted);
+  std::printf("  erase:  %zu removed, %zu were not present\n", erased, erase_absent);
   std::printf("size now %zu of %zu slots\n", table.size(), table.num_slots());
   return wrong == 0 ? 0 : 1;
 }
