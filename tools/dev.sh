@@ -14,7 +14,7 @@ say() { printf '\n== %s\n' "$*"; }
 
 setup() {
   local pkgs=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev
-              libcli11-dev libcuckoo-dev)
+              libcli11-dev libcuckoo-dev nlohmann-json3-dev python3-matplotlib)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,6 +25,12 @@ setup() {
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # `ccht compare` draws its plots with the python3 on PATH; give that one matplotlib too.
+  if ! python3 -c 'import matplotlib' 2>/dev/null; then
+    say "installing matplotlib for $(command -v python3)"
+    python3 -m pip install -q matplotlib 2>/dev/null ||
+      echo "warning: no matplotlib for python3; ccht compare will write data without plots" >&2
   fi
   # The core needs libcu++ (cuda::atomic_ref) from the CUDA toolkit's CCCL, even on the CPU.
   if [ -z "${CUDAToolkit_ROOT:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then

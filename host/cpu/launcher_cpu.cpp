@@ -1,10 +1,20 @@
 // CPU backend of ccht::table: the core's one-thread path over batches, on OpenMP threads.
 //
-// Batches are cut into chunks. Each chunk runs in index order on one thread with a software
-// prefetch pipeline (the buckets of element i + prefetch_distance are requested while element i
-// is processed): that memory-level parallelism is what a one-key-at-a-time map cannot have.
+// Batches are cut into chunks. Each chunk runs in index order on one thread with a two-stage
+// software prefetch pipeline: that memory-level parallelism is what a one-key-at-a-time map
+// cannot have. While element i runs,
+//   stage 1, element i + 2 * lead: hash the key, prefetch the bucket lines it will surely read
+//     (find: version and key lines of its first bucket; update: versions, keys and scores of both);
+//   stage 2, element i + lead: a find peeks at the first bucket's keys, which have arrived
+//     (relaxed loads, no lock, only a hint), and prefetches what depends on the outcome: the
+//     hit's value and score lines, or on a miss the second bucket's version and keys. An upsert
+//     prefetches both buckets' value lines.
+// The core then runs on lines already in L1. The peeks change nothing in the table.
 // Evictions are buffered per chunk and appended with one atomic add per chunk, so a full table
 // (every insert evicts) has no shared counter on its hot path.
+// On Linux the bucket array is backed by transparent huge pages where the system allows it
+// (madvise): random probes over a table larger than the TLB's reach otherwise pay a page walk
+// (a two-dimensional one under virtualisation) on almost every access.
 #include <ccht/core/bucket_ops.hpp>
 #include <ccht/core/policy.hpp>
 #include <ccht/detail/launcher.hpp>
@@ -19,6 +29,9 @@
 #if CCHT_WITH_OPENMP
 #include <omp.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace ccht::detail {
 namespace {
@@ -26,7 +39,100 @@ namespace {
 using cpu_launcher = launcher<cpu_backend>;
 constexpr int B = default_bucket_size;
 constexpr std::size_t chunk = 2048;
-constexpr std::size_t prefetch_distance = 8;
+/// Elements between pipeline stages (see the top of the file). Stage 2 peeks at lines requested
+/// `lead` elements earlier, so lead x (time per element) must cover a DRAM miss; 8 does on the
+/// development machines with room to spare, and the prefetches in flight (up to ~10 lines per
+/// element in stage 1) stay within the core's miss buffers.
+constexpr std::size_t lead = 8;
+/// Ring of candidate buckets computed in stage 1 and reused by stage 2 (at least 2 * lead + 1).
+constexpr std::size_t ring_size = 32;
+static_assert(ring_size > 2 * lead && (ring_size & (ring_size - 1)) == 0);
+
+using bucket_t = bucket<B>;
+
+/// Marks a lambda always-inline (see pipelined()).
+#define CCHT_FORCEINLINE_LAMBDA __attribute__((always_inline))
+
+CCHT_FORCEINLINE void prefetch_read(void const* p) { __builtin_prefetch(p, 0, 3); }
+CCHT_FORCEINLINE void prefetch_write(void const* p) { __builtin_prefetch(p, 1, 3); }
+
+/// Prefetches a 128-byte array of a bucket (keys, values or scores): two host cache lines.
+template <class T>
+CCHT_FORCEINLINE void prefetch_line_pair(T const* first, bool write) {
+  static_assert(B * sizeof(T) == 128, "a bucket's array is one 128-byte line");
+  auto const* p = reinterpret_cast<char const*>(first);
+  if (write) {
+    prefetch_write(p);
+    prefetch_write(p + 64);
+  } else {
+    prefetch_read(p);
+    prefetch_read(p + 64);
+  }
+}
+
+/**
+ * Runs body(i) for i in [b, e) in order, with stage1(i + 2 * lead) and stage2(i + lead) issued
+ * before body(i). Every stage function must be always-inline: GCC's IPA treats a function whose
+ * only effects are prefetches as pure and deletes calls to it.
+ */
+template <class Stage1, class Stage2, class Body>
+CCHT_FORCEINLINE void pipelined(std::size_t b, std::size_t e, Stage1&& stage1, Stage2&& stage2,
+                                Body&& body) {
+  std::size_t const p1 = std::min(e, b + 2 * lead);
+  std::size_t const p2 = std::min(e, b + lead);
+  for (std::size_t i = b; i < p1; ++i) { stage1(i); }
+  for (std::size_t i = b; i < p2; ++i) { stage2(i); }
+  for (std::size_t i = b; i < e; ++i) {
+    if (i + 2 * lead < e) { stage1(i + 2 * lead); }
+    if (i + lead < e) { stage2(i + lead); }
+    body(i);
+  }
+}
+
+/// Stage 1 of a lookup: the first bucket's version and keys.
+CCHT_FORCEINLINE candidate_buckets lookup_stage1(bucket_array_view<B> const& v, key_type key) {
+  candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
+  prefetch_read(&v.versions[cb.first]);
+  prefetch_line_pair(v.buckets[cb.first].keys, false);
+  return cb;
+}
+
+/// Stage 2 of a lookup: on a (likely) hit in the first bucket its value line, and its score line
+/// when hits promote; otherwise the second bucket's version and keys.
+template <bool Promotes>
+CCHT_FORCEINLINE void lookup_stage2(bucket_array_view<B> const& v, candidate_buckets cb,
+                                    key_type key) {
+  bucket_t const& b1 = v.buckets[cb.first];
+  int const slot = find_slot(scalar_tile{}, b1, key);
+  if (slot >= 0) {
+    prefetch_read(&b1.values[slot]);
+    if constexpr (Promotes) { prefetch_write(&b1.scores[slot]); }
+  } else {
+    prefetch_read(&v.versions[cb.second]);
+    prefetch_line_pair(v.buckets[cb.second].keys, false);
+  }
+}
+
+/// Stage 1 of an upsert or erase: both versions and both buckets' keys, and for an upsert both
+/// buckets' scores too (read when both buckets are full, which is a full cache's steady state).
+CCHT_FORCEINLINE candidate_buckets update_stage1(bucket_array_view<B> const& v, key_type key,
+                                                 bool scores) {
+  candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
+  for (std::uint32_t bi : {cb.first, cb.second}) {
+    prefetch_write(&v.versions[bi]);
+    prefetch_line_pair(v.buckets[bi].keys, true);
+    if (scores) { prefetch_line_pair(v.buckets[bi].scores, true); }
+  }
+  return cb;
+}
+
+/// Stage 2 of an upsert: both buckets' value lines. The upsert writes one value (and reads it
+/// back when it evicts), in a slot known only after the keys and scores are compared; predicting
+/// it here would repeat most of the upsert's own work, which costs more than two extra lines.
+CCHT_FORCEINLINE void upsert_stage2(bucket_array_view<B> const& v, candidate_buckets cb) {
+  prefetch_line_pair(v.buckets[cb.first].values, true);
+  prefetch_line_pair(v.buckets[cb.second].values, true);
+}
 
 /// Runs f(begin, end) over [0, n) in chunks; in parallel when there is more than one chunk.
 template <class F>
@@ -49,7 +155,7 @@ void for_each_chunk(std::size_t n, int threads, F&& f) {
 struct eviction_buffer {
   key_type keys[chunk];
   value_type values[chunk];
-  std::size_t n = 0;
+  std::size_t n = 0;  // the arrays are left uninitialised (make_unique_for_overwrite)
 
   void push(key_type k, value_type v) {
     keys[n] = k;
@@ -72,6 +178,20 @@ tick_type reserve_ticks(tick_type* clock, std::size_t n) {
 template <class Policy>
 using ops_t = bucket_ops<Policy, B>;
 
+/// Asks for transparent huge pages on the 2 MiB-aligned part of [p, p + bytes), before the pages
+/// are first touched. Only a hint: it is skipped for small tables, and failure is harmless.
+void advise_huge_pages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+  auto const begin = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  auto const end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(huge - 1);
+  if (end >= begin + 2 * huge) { (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE); }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 }  // namespace
 
 void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed) {
@@ -87,6 +207,7 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
     destroy(s);
     throw;
   }
+  advise_huge_pages(s.view.buckets, std::size_t{num_buckets} * sizeof(bucket<B>));
   for (std::uint32_t b = 0; b < num_buckets; ++b) {
     auto& bk = s.view.buckets[b];
     std::fill(std::begin(bk.keys), std::end(bk.keys), empty_key);
@@ -128,13 +249,21 @@ void cpu_launcher::find(table_state const& s, key_type const* keys, value_type* 
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) {
-      if (i + prefetch_distance < e) { ops_t<Policy>::prefetch(v, keys[i + prefetch_distance]); }
-      value_type val;
-      bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val);
-      found[i] = hit;
-      if (hit) { values[i] = val; }
-    }
+    candidate_buckets ring[ring_size];
+    pipelined(
+        b, e,
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          ring[i % ring_size] = lookup_stage1(v, keys[i]);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          lookup_stage2<Policy::promotes_on_hit>(v, ring[i % ring_size], keys[i]);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          value_type val;
+          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val);
+          found[i] = hit;
+          if (hit) { values[i] = val; }
+        });
   });
 }
 
@@ -143,10 +272,18 @@ void cpu_launcher::contains(table_state const& s, key_type const* keys, bool* fo
   check_keys_host({keys, n}, "contains");
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    for (std::size_t i = b; i < e; ++i) {
-      if (i + prefetch_distance < e) { ops_t<lru>::prefetch(v, keys[i + prefetch_distance]); }
-      found[i] = ops_t<lru>::contains(scalar_tile{}, v, keys[i]);
-    }
+    candidate_buckets ring[ring_size];
+    pipelined(
+        b, e,
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          ring[i % ring_size] = lookup_stage1(v, keys[i]);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          lookup_stage2<false>(v, ring[i % ring_size], keys[i]);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          found[i] = ops_t<lru>::contains(scalar_tile{}, v, keys[i]);
+        });
   });
 }
 
@@ -161,18 +298,24 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    auto buf = std::make_unique<eviction_buffer>();
-    for (std::size_t i = b; i < e; ++i) {
-      if (i + prefetch_distance < e) {
-        ops_t<Policy>::prefetch_for_update(v, keys[i + prefetch_distance]);
-      }
-      key_type ek;
-      value_type ev;
-      if (ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek, ev) ==
-          op_status::inserted_evicted) {
-        buf->push(ek, ev);
-      }
-    }
+    auto buf = std::make_unique_for_overwrite<eviction_buffer>();
+    candidate_buckets ring[ring_size];
+    pipelined(
+        b, e,
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          ring[i % ring_size] = update_stage1(v, keys[i], true);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          upsert_stage2(v, ring[i % ring_size]);
+        },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          key_type ek;
+          value_type ev;
+          if (ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek,
+                                              ev) == op_status::inserted_evicted) {
+            buf->push(ek, ev);
+          }
+        });
     buf->flush(evicted_keys, evicted_values, num_evicted);
   });
 }
@@ -185,12 +328,13 @@ void cpu_launcher::erase(table_state const& s, key_type const* keys, std::size_t
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     std::size_t local = 0;
-    for (std::size_t i = b; i < e; ++i) {
-      if (i + prefetch_distance < e) {
-        ops_t<lru>::prefetch_for_update(v, keys[i + prefetch_distance]);
-      }
-      local += ops_t<lru>::erase(scalar_tile{}, v, keys[i]);
-    }
+    pipelined(
+        b, e,
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { (void)update_stage1(v, keys[i], false); },
+        [](std::size_t) {},
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          local += ops_t<lru>::erase(scalar_tile{}, v, keys[i]);
+        });
     if (num_erased != nullptr) { std::atomic_ref<std::size_t>(*num_erased).fetch_add(local); }
   });
 }
@@ -207,15 +351,21 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    auto buf = std::make_unique<eviction_buffer>();
-    for (std::size_t i = b; i < e; ++i) {
-      if (std::size_t const p = i + prefetch_distance; p < e) {
-        if (ops[p] == op_code::find) {
-          ops_t<Policy>::prefetch(v, keys[p]);
-        } else {
-          ops_t<Policy>::prefetch_for_update(v, keys[p]);
-        }
+    auto buf = std::make_unique_for_overwrite<eviction_buffer>();
+    candidate_buckets ring[ring_size];
+    auto stage1 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+      ring[i % ring_size] = ops[i] == op_code::find
+                                ? lookup_stage1(v, keys[i])
+                                : update_stage1(v, keys[i], ops[i] == op_code::insert_or_assign);
+    };
+    auto stage2 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+      if (ops[i] == op_code::find) {
+        lookup_stage2<Policy::promotes_on_hit>(v, ring[i % ring_size], keys[i]);
+      } else if (ops[i] == op_code::insert_or_assign) {
+        upsert_stage2(v, ring[i % ring_size]);
       }
+    };
+    pipelined(b, e, stage1, stage2, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
       switch (ops[i]) {
         case op_code::find: {
           value_type val;
@@ -238,7 +388,7 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
                                                                       : op_status::miss;
           break;
       }
-    }
+    });
     buf->flush(evicted_keys, evicted_values, num_evicted);
   });
 }
@@ -305,3 +455,4 @@ CCHT_INSTANTIATE_CPU(lfu)
 #undef CCHT_INSTANTIATE_CPU
 
 }  // namespace ccht::detail
+#undef CCHT_FORCEINLINE_LAMBDA

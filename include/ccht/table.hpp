@@ -42,8 +42,7 @@ struct table_options {
  * **Errors.** Bad input throws ccht::error before anything is modified: zero or disagreeing sizes,
  * null buffers with a non-zero size, reserved keys (see ccht::is_reserved_key). A batch of size 0
  * is a no-op. On the CUDA backend an `_async` call checks sizes and pointers on the host; a batch
- * with a reserved key is skipped whole on the device and reported by the next synchronous call or
- * by check_async_error().
+ * with a reserved key is skipped whole on the device and reported by check_async_error().
  *
  * **Concurrency.** Lookups, upserts and erases on overlapping keys may run at the same time: within
  * one batch, from many host threads, across streams, and through refs in user kernels. A find

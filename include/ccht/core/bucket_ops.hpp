@@ -157,7 +157,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int min_score_slot(Tile const& tile, bucket<B>
 
 /// Optimistic read of one bucket. Returns the slot of @p key (value in @p value) or -1.
 template <class Tile, int B>
-CCHT_HOST_DEVICE inline int read_bucket(Tile const& tile, bucket<B> const& b,
+CCHT_HOST_DEVICE CCHT_FORCEINLINE int read_bucket(Tile const& tile, bucket<B> const& b,
                                         std::uint32_t const& version, key_type key,
                                         value_type& value) noexcept {
   unsigned spins = 0;
@@ -343,7 +343,9 @@ struct bucket_ops {
   }
 
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).
-  CCHT_HOST_DEVICE static void prefetch(view_type const& v, key_type key) noexcept {
+  /// Force-inlined: a function whose only effect is __builtin_prefetch is "pure" to GCC's IPA,
+  /// so an out-of-line call to it is deleted as dead code and nothing is prefetched.
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch(view_type const& v, key_type key) noexcept {
 #if !CCHT_DEVICE_CODE
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     __builtin_prefetch(&v.versions[cb.first]);
@@ -358,7 +360,8 @@ struct bucket_ops {
   }
 
   /// Prefetches, for writing, what an upsert or erase of @p key may touch in both buckets.
-  CCHT_HOST_DEVICE static void prefetch_for_update(view_type const& v, key_type key) noexcept {
+  /// Force-inlined for the same reason as prefetch().
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch_for_update(view_type const& v, key_type key) noexcept {
 #if !CCHT_DEVICE_CODE
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     for (std::uint32_t bi : {cb.first, cb.second}) {

@@ -213,8 +213,7 @@ template <class Backend, class Policy>
 void table<Backend, Policy>::erase_async(std::span<key_type const> keys, std::size_t* num_erased,
                                          stream_type stream) {
   detail::check_span(keys, keys.size(), "erase", "keys");
-  if (keys.empty()) { return; }
-  launcher::erase(state_, keys.data(), keys.size(), num_erased, nullptr, stream);
+  launcher::erase(state_, keys.data(), keys.size(), num_erased, nullptr, stream);  // n = 0 zeroes the count
 }
 
 template <class Backend, class Policy>

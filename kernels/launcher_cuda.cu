@@ -1,0 +1,393 @@
+// CUDA backend of ccht::table: detail::launcher<cuda_backend> (declared in
+// include/ccht/detail/launcher.hpp), over the kernels of bulk_kernels.cuh.
+//
+// Every keyed batch is two launches on the caller's stream: validate_batch_kernel (reserved keys,
+// op codes, the count word, the batch's ticks) and the operation kernel, which does nothing when
+// the batch was rejected. The batch's device words are per call, never per table, so that
+// synchronous and asynchronous batches from several host threads and streams can run at once
+// without sharing a counter or a reject flag:
+// - a synchronous call gets its words from acquire_words() (through ccht::detail::sync_call);
+// - an asynchronous call gets its own words here and frees them stream-ordered after its kernel,
+//   and a rejection is also recorded in the table's sticky words for check_async_error().
+// Per-call words come from a dedicated stream-ordered memory pool (cudaMallocFromPoolAsync) that
+// keeps its memory, so a call costs no cudaMalloc and no device-wide synchronisation.
+#include "bulk_kernels.cuh"
+
+#include <ccht/backend.hpp>
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/detail/launcher.hpp>
+#include <ccht/detail/validate.hpp>
+#include <ccht/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace ccht::detail {
+namespace {
+
+using cuda_launcher = launcher<cuda_backend>;
+constexpr int B = default_bucket_size;
+/// Threads per key: one 16-lane tile loads one bucket's 16 keys (128 bytes) in one access.
+constexpr int tile_size = 16;
+using shape = kernels::shape<tile_size>;
+using view_type = bucket_array_view<B>;
+
+/// Words per call: [0] count, [1] reserved-key index, [2] bad op code (packed), [3] first tick.
+constexpr std::size_t num_call_words = 4;
+constexpr std::size_t call_words_bytes = num_call_words * sizeof(std::size_t);
+
+/// Upper bound on blocks of the grid-stride kernels: enough to fill any current GPU.
+constexpr unsigned max_stream_blocks = 2048;
+
+// ---- per-call device words -----------------------------------------------------------------------
+
+/**
+ * Stream-ordered pool for per-call words on the current device, or null where memory pools are
+ * unsupported. Its release threshold is unbounded: the few bytes it holds are reused by the next
+ * call instead of being returned to the driver at every synchronisation (the default pool's
+ * threshold of 0 would do that). Created once per device and kept until the process ends.
+ */
+cudaMemPool_t words_pool() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::unordered_map<int, cudaMemPool_t> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = pools.find(device); it != pools.end()) { return it->second; }
+  cudaMemPool_t pool = nullptr;
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess &&
+      supported != 0) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+      std::uint64_t threshold = UINT64_MAX;
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    } else {
+      pool = nullptr;
+    }
+  }
+  (void)cudaGetLastError();  // a refused attribute or pool must not leak into later checks
+  pools.emplace(device, pool);
+  return pool;
+}
+
+/// Allocates and initialises one call's words, stream-ordered on @p stream.
+std::size_t* allocate_words(cudaStream_t stream) {
+  void* p = nullptr;
+  if (cudaMemPool_t pool = words_pool()) {
+    check_cuda(cudaMallocFromPoolAsync(&p, call_words_bytes, pool, stream),
+               "cudaMallocFromPoolAsync");
+  } else {
+    p = cuda_backend::allocate(call_words_bytes);
+  }
+  auto* words = static_cast<std::size_t*>(p);
+  kernels::init_words_kernel<<<1, 1, 0, stream>>>(words);
+  cudaError_t const launched = cudaGetLastError();
+  if (launched != cudaSuccess) {
+    if (words_pool() != nullptr) {
+      (void)cudaFreeAsync(words, stream);
+    } else {
+      cuda_backend::deallocate(words);
+    }
+    check_cuda(launched, "init_words_kernel launch");
+  }
+  return words;
+}
+
+/// Frees one call's words after the work queued on @p stream so far (never throws).
+void free_words(std::size_t* words, cudaStream_t stream) noexcept {
+  if (words == nullptr) { return; }
+  cudaMemPool_t pool = nullptr;
+  try {
+    pool = words_pool();
+  } catch (...) {
+  }
+  if (pool != nullptr) {
+    if (cudaFreeAsync(words, stream) != cudaSuccess) { (void)cudaGetLastError(); }
+  } else {
+    cuda_backend::deallocate(words);  // synchronises the device: only without memory pools
+  }
+}
+
+/// Copies a call's words to @p host, frees them and waits for @p stream.
+void read_and_free_words(std::size_t* words, std::size_t host[num_call_words],
+                         cudaStream_t stream) {
+  cudaError_t const copied =
+      cudaMemcpyAsync(host, words, call_words_bytes, cudaMemcpyDeviceToHost, stream);
+  free_words(words, stream);
+  cudaError_t const synced = cudaStreamSynchronize(stream);
+  check_cuda(copied, "cudaMemcpyAsync (call words)");
+  check_cuda(synced, "cudaStreamSynchronize");
+}
+
+/// Message for a rejected op code, as the CPU backend words it (check_ops_host).
+std::string bad_op_message(char const* op, std::size_t packed) {
+  return std::string(op) + ": op code at index " + std::to_string(packed >> 8) + " (" +
+         std::to_string(packed & 0xffu) + ") is not a ccht::op_code";
+}
+
+/// The reject words of one batch: the synchronous caller's, or this call's own (async).
+class batch_words {
+ public:
+  batch_words(std::size_t* reject, cudaStream_t stream) : stream_(stream) {
+    if (reject != nullptr) {
+      reject_ = reject;
+    } else {
+      own_ = allocate_words(stream);
+      reject_ = own_ + 1;
+    }
+  }
+  ~batch_words() { free_words(own_, stream_); }
+  batch_words(batch_words const&) = delete;
+  batch_words& operator=(batch_words const&) = delete;
+
+  /// Words the kernels read: [0] key index, [1] op code, [2] first tick.
+  std::size_t* reject() const noexcept { return reject_; }
+  /// Where the validation kernel mirrors a rejection: the table's sticky words for async calls.
+  std::size_t* sticky(table_state const& s) const noexcept {
+    return own_ != nullptr ? s.sticky_reject : nullptr;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::size_t* own_ = nullptr;
+  std::size_t* reject_ = nullptr;
+};
+
+// ---- launch helpers ------------------------------------------------------------------------------
+
+void check_launch(char const* what) { check_cuda(cudaGetLastError(), what); }
+
+unsigned blocks_for(std::size_t n, std::size_t per_block, unsigned cap = UINT_MAX) {
+  std::size_t const b = (n + per_block - 1) / per_block;
+  if (b > static_cast<std::size_t>(INT_MAX)) {
+    throw error(error_code::invalid_size,
+                "batch of " + std::to_string(n) + " elements exceeds one CUDA grid");
+  }
+  return static_cast<unsigned>(b < cap ? (b == 0 ? 1 : b) : cap);
+}
+
+/// Runs the validation kernel of a batch of @p n > 0 elements.
+void validate(table_state const& s, key_type const* keys, op_code const* ops, std::size_t n,
+              batch_words const& w, std::size_t* count, bool take_ticks, cudaStream_t stream) {
+  unsigned const blocks = blocks_for(n, kernels::stream_block_threads, max_stream_blocks);
+  kernels::validate_batch_kernel<<<blocks, kernels::stream_block_threads, 0, stream>>>(
+      keys, ops, n, w.reject(), w.sticky(s), count, take_ticks ? s.clock : nullptr);
+  check_launch("validate_batch_kernel launch");
+}
+
+}  // namespace
+
+// ---- storage -------------------------------------------------------------------------------------
+
+void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed) {
+  try {
+    std::size_t const bucket_bytes = std::size_t{num_buckets} * sizeof(bucket<B>);
+    s.view.buckets = static_cast<bucket<B>*>(cuda_backend::allocate(bucket_bytes));
+    s.view.versions = static_cast<std::uint32_t*>(
+        cuda_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
+    // Clock and sticky words share one allocation, on separate 128-byte lines: the clock takes
+    // an atomic per batch and per ref call, the sticky words only on rejections.
+    auto* misc = static_cast<char*>(cuda_backend::allocate(256));
+    s.clock = reinterpret_cast<tick_type*>(misc);
+    s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
+    s.view.num_buckets = num_buckets;
+    s.view.seed = seed;
+
+    // Same initial state as the CPU backend: keys empty, values and scores 0, versions 0.
+    // Legacy default stream, then a wait: streams created non-blocking must see it done.
+    cudaStream_t const stream = nullptr;
+    check_cuda(cudaMemsetAsync(s.view.buckets, 0, bucket_bytes, stream), "cudaMemsetAsync");
+    check_cuda(cudaMemset2DAsync(s.view.buckets, sizeof(bucket<B>), 0xff, sizeof(key_type) * B,
+                                 num_buckets, stream),
+               "cudaMemset2DAsync (empty keys)");
+    check_cuda(cudaMemsetAsync(s.view.versions, 0, std::size_t{num_buckets} * sizeof(std::uint32_t),
+                               stream),
+               "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(misc, 0, 128, stream), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(misc + 128, 0xff, 128, stream), "cudaMemsetAsync");  // no_reject
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  } catch (...) {
+    destroy(s);
+    throw;
+  }
+}
+
+void cuda_launcher::destroy(table_state& s) noexcept {
+  cuda_backend::deallocate(s.view.buckets);
+  cuda_backend::deallocate(s.view.versions);
+  cuda_backend::deallocate(s.clock);  // also frees the sticky words (same allocation)
+  s = {};
+}
+
+std::size_t* cuda_launcher::acquire_words(stream_type stream) { return allocate_words(stream); }
+
+void cuda_launcher::release_words(std::size_t* words, std::size_t host[2], stream_type stream) {
+  std::size_t all[num_call_words];
+  read_and_free_words(words, all, stream);
+  host[0] = all[0];
+  host[1] = all[1];
+  // Only execute() can reject an op code; the CPU backend reports it before reserved keys.
+  if (all[2] != no_reject) { throw error(error_code::invalid_argument, bad_op_message("execute", all[2])); }
+}
+
+void cuda_launcher::check_async_error(table_state const& s, stream_type stream) {
+  std::size_t* words = allocate_words(stream);
+  kernels::take_sticky_kernel<<<1, 1, 0, stream>>>(s.sticky_reject, words);
+  cudaError_t const launched = cudaGetLastError();
+  std::size_t host[num_call_words];
+  read_and_free_words(words, host, stream);
+  check_cuda(launched, "take_sticky_kernel launch");
+  if (host[2] != no_reject) {
+    throw error(error_code::invalid_argument,
+                bad_op_message("an earlier execute_async batch was skipped", host[2]));
+  }
+  if (host[1] != no_reject) {
+    throw error(error_code::reserved_key,
+                "an earlier _async batch was skipped: its key at index " +
+                    std::to_string(host[1]) +
+                    " is a reserved sentinel; user keys must be below " +
+                    std::to_string(claimed_key));
+  }
+}
+
+// ---- whole-table operations ----------------------------------------------------------------------
+
+std::size_t cuda_launcher::size(table_state const& s, stream_type stream) {
+  std::size_t* words = allocate_words(stream);
+  std::size_t const slots = std::size_t{s.view.num_buckets} * B;
+  unsigned const blocks = blocks_for(slots, kernels::stream_block_threads, max_stream_blocks);
+  kernels::size_kernel<B><<<blocks, kernels::stream_block_threads, 0, stream>>>(s.view, words);
+  cudaError_t const launched = cudaGetLastError();
+  std::size_t host[num_call_words];
+  read_and_free_words(words, host, stream);
+  check_cuda(launched, "size_kernel launch");
+  return host[0];
+}
+
+void cuda_launcher::clear(table_state const& s, stream_type stream) {
+  unsigned const blocks = blocks_for(s.view.num_buckets, shape::tiles_per_block, max_stream_blocks);
+  kernels::clear_kernel<B, tile_size><<<blocks, shape::block_threads, 0, stream>>>(s.view);
+  check_launch("clear_kernel launch");
+}
+
+std::size_t cuda_launcher::export_entries(table_state const& s, key_type* keys, value_type* values,
+                                          std::size_t capacity, stream_type stream) {
+  std::size_t* words = allocate_words(stream);
+  unsigned const blocks = blocks_for(s.view.num_buckets, shape::tiles_per_block, max_stream_blocks);
+  kernels::export_kernel<B, tile_size>
+      <<<blocks, shape::block_threads, 0, stream>>>(s.view, keys, values, capacity, words);
+  cudaError_t const launched = cudaGetLastError();
+  std::size_t host[num_call_words];
+  read_and_free_words(words, host, stream);
+  check_cuda(launched, "export_kernel launch");
+  return host[0];
+}
+
+// ---- keyed batches -------------------------------------------------------------------------------
+
+template <class Policy>
+void cuda_launcher::find(table_state const& s, key_type const* keys, value_type* values,
+                         bool* found, std::size_t n, std::size_t* reject, stream_type stream) {
+  if (n == 0) { return; }
+  batch_words const w(reject, stream);
+  // Ticks are taken even when the policy ignores them (fifo), as on the CPU backend, so that
+  // both backends advance the clock alike.
+  validate(s, keys, nullptr, n, w, nullptr, true, stream);
+  kernels::find_kernel<Policy, B, tile_size>
+      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
+          s.view, keys, values, found, n, w.reject());
+  check_launch("find_kernel launch");
+}
+
+void cuda_launcher::contains(table_state const& s, key_type const* keys, bool* found,
+                             std::size_t n, std::size_t* reject, stream_type stream) {
+  if (n == 0) { return; }
+  batch_words const w(reject, stream);
+  validate(s, keys, nullptr, n, w, nullptr, false, stream);
+  kernels::contains_kernel<B, tile_size>
+      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
+          s.view, keys, found, n, w.reject());
+  check_launch("contains_kernel launch");
+}
+
+template <class Policy>
+void cuda_launcher::insert_or_assign(table_state const& s, key_type const* keys,
+                                     value_type const* values, std::size_t n,
+                                     key_type* evicted_keys, value_type* evicted_values,
+                                     std::size_t* num_evicted, std::size_t* reject,
+                                     stream_type stream) {
+  if (n == 0) {
+    check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
+    return;
+  }
+  batch_words const w(reject, stream);
+  validate(s, keys, nullptr, n, w, num_evicted, true, stream);
+  kernels::insert_or_assign_kernel<Policy, B, tile_size>
+      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
+          s.view, keys, values, n, evicted_keys, evicted_values, num_evicted, w.reject());
+  check_launch("insert_or_assign_kernel launch");
+}
+
+void cuda_launcher::erase(table_state const& s, key_type const* keys, std::size_t n,
+                          std::size_t* num_erased, std::size_t* reject, stream_type stream) {
+  if (n == 0) {
+    if (num_erased != nullptr) {
+      check_cuda(cudaMemsetAsync(num_erased, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
+    }
+    return;
+  }
+  batch_words const w(reject, stream);
+  validate(s, keys, nullptr, n, w, num_erased, false, stream);
+  kernels::erase_kernel<B, tile_size>
+      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
+          s.view, keys, n, num_erased, w.reject());
+  check_launch("erase_kernel launch");
+}
+
+template <class Policy>
+void cuda_launcher::execute(table_state const& s, op_code const* ops, key_type const* keys,
+                            value_type const* values, value_type* values_out, op_status* status,
+                            std::size_t n, key_type* evicted_keys, value_type* evicted_values,
+                            std::size_t* num_evicted, std::size_t* reject, stream_type stream) {
+  if (n == 0) {
+    check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
+    return;
+  }
+  batch_words const w(reject, stream);
+  validate(s, keys, ops, n, w, num_evicted, true, stream);
+  kernels::execute_kernel<Policy, B, tile_size>
+      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
+          s.view, ops, keys, values, values_out, status, n, evicted_keys, evicted_values,
+          num_evicted, w.reject());
+  check_launch("execute_kernel launch");
+}
+
+// Explicit instantiations: the three policies only (each adds three kernels to the build).
+#define CCHT_INSTANTIATE_CUDA(P)                                                                  \
+  template void cuda_launcher::find<P>(table_state const&, key_type const*, value_type*, bool*,   \
+                                       std::size_t, std::size_t*, stream_type);                   \
+  template void cuda_launcher::insert_or_assign<P>(table_state const&, key_type const*,           \
+                                                   value_type const*, std::size_t, key_type*,     \
+                                                   value_type*, std::size_t*, std::size_t*,       \
+                                                   stream_type);                                  \
+  template void cuda_launcher::execute<P>(table_state const&, op_code const*, key_type const*,    \
+                                          value_type const*, value_type*, op_status*,             \
+                                          std::size_t, key_type*, value_type*, std::size_t*,      \
+                                          std::size_t*, stream_type);
+CCHT_INSTANTIATE_CUDA(lru)
+CCHT_INSTANTIATE_CUDA(fifo)
+CCHT_INSTANTIATE_CUDA(lfu)
+#undef CCHT_INSTANTIATE_CUDA
+
+}  // namespace ccht::detail

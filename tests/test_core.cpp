@@ -1,0 +1,254 @@
+// Core-level tests: ccht::bucket_ops over caller-owned bucket arrays of small bucket sizes,
+// checked slot by slot (keys, values and exact scores) against the reference model; plus hash
+// and policy unit tests.
+#include "reference_model.hpp"
+
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/bucket_ops.hpp>
+#include <ccht/core/hash.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/core/tile.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace {
+
+using namespace ccht_test;
+using ccht::op_status;
+
+/// Caller-owned storage for bucket_ops.
+template <int Bs>
+struct core_table {
+  std::vector<ccht::bucket<Bs>> buckets;
+  std::vector<std::uint32_t> versions;
+  ccht::bucket_array_view<Bs> view;
+
+  core_table(std::uint32_t nb, std::uint64_t seed) : buckets(nb), versions(nb, 0) {
+    for (auto& b : buckets) {
+      for (int s = 0; s < Bs; ++s) {
+        b.keys[s] = ccht::empty_key;
+        b.values[s] = 0xabababababababab;  // garbage in free slots must not matter
+        b.scores[s] = ~0ull;
+      }
+    }
+    view = {buckets.data(), versions.data(), nb, seed};
+  }
+};
+
+template <class Policy, int Bs>
+void expect_core_matches(core_table<Bs> const& t, reference_model<Policy, Bs> const& m,
+                         int step) {
+  for (std::uint32_t b = 0; b < m.num_buckets(); ++b) {
+    ASSERT_EQ(t.versions[b] % 2, 0u) << "bucket " << b << " left locked at step " << step;
+    for (int s = 0; s < Bs; ++s) {
+      auto const& ms = m.bucket(b)[s];
+      ASSERT_EQ(t.buckets[b].keys[s], ms.key) << "step " << step << " bucket " << b << " slot " << s;
+      if (ms.key == ccht::empty_key) { continue; }
+      ASSERT_EQ(t.buckets[b].values[s], ms.value) << "step " << step << " bucket " << b << " slot " << s;
+      ASSERT_EQ(t.buckets[b].scores[s], model_policy<Policy>::encode(ms.score))
+          << "step " << step << " bucket " << b << " slot " << s;
+    }
+  }
+}
+
+template <class Policy, int Bs>
+void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
+                          std::uint64_t seed, unsigned rng_seed, int ops_per_tick = 1) {
+  using ops = ccht::bucket_ops<Policy, Bs>;
+  core_table<Bs> t(nb, seed);
+  reference_model<Policy, Bs> m(nb, seed);
+  std::mt19937_64 rng(rng_seed);
+  ccht::scalar_tile const tile{};
+  std::size_t evictions = 0;
+  for (int step = 0; step < steps; ++step) {
+    key_type const k = (rng() % universe) * 7919 + 3;
+    unsigned const kind = rng() % 10;
+    auto const versions_before = t.versions;
+    auto const cb = ccht::candidates(k, seed, nb);
+    bool writes = false;
+    // ops_per_tick > 1 repeats ticks (as racing threads may), so the tie rules decide victims.
+    tick_type const tick = 1 + tick_type(step / ops_per_tick);
+    if (kind < 4) {
+      value_type v = 0xfeed;
+      bool const hit = ops::find(tile, t.view, k, tick, v);
+      auto const mv = m.find(k, tick);
+      ASSERT_EQ(hit, mv.has_value()) << "find " << k << " step " << step;
+      if (hit) { ASSERT_EQ(v, *mv) << "find " << k << " step " << step; }
+    } else if (kind < 8) {
+      value_type const val = rng();
+      key_type ek = 0;
+      value_type ev = 0;
+      op_status const s = ops::insert_or_assign(tile, t.view, k, val, tick, ek, ev);
+      auto const u = m.insert_or_assign(k, val, tick);
+      ASSERT_EQ(s, u.status) << "upsert " << k << " step " << step;
+      if (s == op_status::inserted_evicted) {
+        ASSERT_EQ(ek, u.evicted_key) << "step " << step;
+        ASSERT_EQ(ev, u.evicted_value) << "step " << step;
+        ++evictions;
+      }
+      writes = true;
+    } else if (kind == 8) {
+      ASSERT_EQ(ops::erase(tile, t.view, k), m.erase(k)) << "erase " << k << " step " << step;
+      writes = true;
+    } else {
+      ASSERT_EQ(ops::contains(tile, t.view, k), m.contains(k)) << "contains " << k;
+    }
+    // Writers lock and release exactly their two buckets (+2 each); readers write no version.
+    for (std::uint32_t b = 0; b < nb; ++b) {
+      bool const mine = writes && (b == cb.first || b == cb.second);
+      ASSERT_EQ(t.versions[b], versions_before[b] + (mine ? 2u : 0u)) << "bucket " << b;
+    }
+    expect_core_matches(t, m, step);
+    if (::testing::Test::HasFatalFailure()) { return; }
+  }
+  EXPECT_GT(evictions, std::size_t(steps) / 20);
+}
+
+template <class Policy>
+class CoreModel : public ::testing::Test {};
+struct policy_names {
+  template <class T>
+  static std::string GetName(int) {
+    return T::name;
+  }
+};
+using Policies = ::testing::Types<ccht::lru, ccht::fifo, ccht::lfu>;
+TYPED_TEST_SUITE(CoreModel, Policies, policy_names);
+
+TYPED_TEST(CoreModel, BucketSize4TwoBuckets) {
+  run_core_equivalence<TypeParam, 4>(2, 24, 30000, ccht::default_seed, 31);
+}
+TYPED_TEST(CoreModel, BucketSize4FiveBuckets) {
+  run_core_equivalence<TypeParam, 4>(5, 60, 30000, 0x5eed, 32);
+}
+TYPED_TEST(CoreModel, BucketSize1) {
+  run_core_equivalence<TypeParam, 1>(4, 16, 20000, 7, 33);
+}
+TYPED_TEST(CoreModel, BucketSize4TiedTicks) {
+  // Equal minima: the first bucket loses; equal scores in a bucket: the lowest slot loses.
+  run_core_equivalence<TypeParam, 4>(3, 40, 30000, 0x71e5, 35, 8);
+}
+TEST(CoreModelWide, BucketSize32Lru) {
+  run_core_equivalence<ccht::lru, 32>(3, 250, 20000, 8, 34);
+}
+
+TEST(CoreOps, FifoFindsWriteNothing) {
+  // fifo does not promote, so a find must not write the slot's score (no cache-line write).
+  core_table<4> t(2, 1);
+  using ops = ccht::bucket_ops<ccht::fifo, 4>;
+  key_type ek = 0;
+  value_type ev = 0;
+  ASSERT_EQ(ops::insert_or_assign(ccht::scalar_tile{}, t.view, 42, 1, 5, ek, ev), op_status::inserted);
+  auto const before = t.buckets;
+  value_type v = 0;
+  ASSERT_TRUE(ops::find(ccht::scalar_tile{}, t.view, 42, 100, v));
+  EXPECT_EQ(std::memcmp(before.data(), t.buckets.data(), before.size() * sizeof(before[0])), 0);
+}
+
+TEST(CoreOps, LruNeverMovesBackInTime) {
+  // A find with an older tick (a racing thread) must not lower the score.
+  core_table<4> t(2, 1);
+  using ops = ccht::bucket_ops<ccht::lru, 4>;
+  key_type ek = 0;
+  value_type ev = 0, v = 0;
+  ops::insert_or_assign(ccht::scalar_tile{}, t.view, 42, 1, 50, ek, ev);
+  ASSERT_TRUE(ops::find(ccht::scalar_tile{}, t.view, 42, 10, v));
+  auto const cb = ccht::candidates(42, 1, 2);
+  EXPECT_EQ(t.buckets[cb.first].scores[0], 50u);
+  ops::insert_or_assign(ccht::scalar_tile{}, t.view, 42, 2, 20, ek, ev);
+  EXPECT_EQ(t.buckets[cb.first].scores[0], 50u);
+  EXPECT_EQ(t.buckets[cb.first].values[0], 2u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hash
+
+TEST(Hash, CandidatesDistinctAndInRange) {
+  std::mt19937_64 rng(1);
+  for (std::uint32_t nb : {2u, 3u, 4u, 5u, 7u, 16u, 1000u, 65537u, 0xffffffffu}) {
+    for (int i = 0; i < 20000; ++i) {
+      key_type const k = rng();
+      auto const c = ccht::candidates(k, ccht::default_seed, nb);
+      ASSERT_LT(c.first, nb);
+      ASSERT_LT(c.second, nb);
+      ASSERT_NE(c.first, c.second) << "key " << k << " nb " << nb;
+    }
+  }
+}
+
+TEST(Hash, CandidatesSpreadEvenly) {
+  constexpr std::uint32_t nb = 8;
+  std::vector<int> first(nb), second(nb), pair(nb * nb);
+  for (key_type k = 0; k < 80000; ++k) {
+    auto const c = ccht::candidates(k, ccht::default_seed, nb);
+    ++first[c.first];
+    ++second[c.second];
+    ++pair[c.first * nb + c.second];
+  }
+  for (std::uint32_t b = 0; b < nb; ++b) {
+    EXPECT_NEAR(first[b], 10000, 500) << b;
+    EXPECT_NEAR(second[b], 10000, 500) << b;
+    for (std::uint32_t c = 0; c < nb; ++c) {
+      if (b != c) { EXPECT_NEAR(pair[b * nb + c], 80000 / 56, 300) << b << "," << c; }
+    }
+  }
+}
+
+TEST(Hash, DeterministicAndSeeded) {
+  static_assert(ccht::hash64(1, 2) == ccht::hash64(1, 2));
+  EXPECT_NE(ccht::hash64(1, 2), ccht::hash64(1, 3));
+  EXPECT_NE(ccht::hash64(1, 2), ccht::hash64(2, 2));
+  int same = 0;
+  for (key_type k = 0; k < 1000; ++k) {
+    auto const a = ccht::candidates(k, 1, 1024);
+    auto const b = ccht::candidates(k, 2, 1024);
+    same += a.first == b.first;
+  }
+  EXPECT_LT(same, 20);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policies
+
+TEST(Policy, LfuCountSaturatesAndTicksWrap) {
+  using ccht::lfu;
+  auto s = lfu::on_insert(5);
+  EXPECT_EQ(lfu::count(s), 1u);
+  for (int i = 0; i < 70000; ++i) { s = lfu::on_hit(s, 10); }
+  EXPECT_EQ(lfu::count(s), lfu::max_count);
+  EXPECT_EQ(s & lfu::tick_mask, 10u);
+  auto const w = lfu::on_insert((std::uint64_t{1} << 48) + 3);
+  EXPECT_EQ(lfu::count(w), 1u);
+  EXPECT_EQ(w & lfu::tick_mask, 3u);
+  // fewer uses lose regardless of recency; equal uses: older loses
+  EXPECT_LT(lfu::on_insert(1000), lfu::on_hit(lfu::on_insert(1), 2));
+  EXPECT_LT(lfu::on_hit(lfu::on_insert(1), 2), lfu::on_hit(lfu::on_insert(1), 3));
+}
+
+TEST(Policy, ScoresOrderAsDocumented) {
+  EXPECT_EQ(ccht::lru::on_insert(7), 7u);
+  EXPECT_EQ(ccht::lru::on_hit(7, 9), 9u);
+  EXPECT_EQ(ccht::lru::on_hit(9, 7), 9u);
+  EXPECT_EQ(ccht::fifo::on_hit(7, 9), 7u);
+  EXPECT_FALSE(ccht::fifo::promotes_on_hit);
+  EXPECT_TRUE(ccht::lru::promotes_on_hit);
+  EXPECT_TRUE(ccht::lfu::promotes_on_hit);
+}
+
+TEST(Layout, BucketIsThreeCacheLines) {
+  static_assert(sizeof(ccht::bucket<16>) == 384);
+  static_assert(alignof(ccht::bucket<16>) == 128);
+  static_assert(offsetof(ccht::bucket<16>, values) == 128);
+  static_assert(offsetof(ccht::bucket<16>, scores) == 256);
+  static_assert(ccht::is_reserved_key(ccht::empty_key) && ccht::is_reserved_key(ccht::claimed_key));
+  static_assert(!ccht::is_reserved_key(ccht::claimed_key - 1));
+  SUCCEED();
+}
+
+}  // namespace

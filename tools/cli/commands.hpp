@@ -1,0 +1,72 @@
+// The subcommands of the `ccht` CLI. Each returns the process exit code (0 ok, 1 failure);
+// bad arguments throw std::invalid_argument, which main() turns into exit code 2.
+#pragma once
+
+#include "../sim/replay.hpp"
+#include "../sim/traces.hpp"
+#include "../sim/workloads.hpp"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ccht::cli {
+
+/// Options shared by replay, workload and compare.
+struct run_options {
+  std::vector<std::string> policies;   ///< policy names
+  std::vector<std::size_t> capacities; ///< capacities (objects)
+  sim::replay_options replay;          ///< batch, backend, slots ratio
+  bool json = false;                   ///< JSON Lines on stdout instead of Markdown
+};
+
+/// Replays @p requests (named @p name) over every policy and capacity, printing one row each.
+int run_rows(std::vector<sim::request> const& requests, std::string const& name,
+             run_options const& opt);
+
+/// `ccht replay`.
+int cmd_replay(std::string const& trace_path, sim::trace_format format,
+               sim::csv_options const& csv, run_options opt);
+
+/// `ccht workload`.
+int cmd_workload(sim::workload_options const& w, run_options opt);
+
+/// Options of `ccht bench`.
+struct bench_options {
+  std::string op = "find";        ///< find, insert or mixed
+  std::string dist = "uniform";   ///< uniform or zipfian (of the looked-up keys)
+  double zipf_theta = 0.99;       ///< zipfian skew
+  std::size_t slots = std::size_t{1} << 22;  ///< table slots
+  double load = 0.9;              ///< fill before measuring
+  double miss_ratio = 0.0;        ///< find: fraction of keys never inserted
+  double read_ratio = 0.5;        ///< mixed: fraction of finds
+  std::size_t batch = std::size_t{1} << 20;  ///< keys per call
+  int threads = 2;                ///< CPU threads
+  int repeat = 3;                 ///< timed repetitions (the median is reported)
+  std::string backend = "cpu";    ///< cpu or cuda
+  std::uint64_t seed = 1;         ///< key seed
+  bool json = false;              ///< JSON Lines instead of Markdown
+  bool peer = true;               ///< also measure libcuckoo (CPU)
+};
+
+/// `ccht bench`.
+int cmd_bench(bench_options const& opt);
+
+/// Options of `ccht compare`.
+struct compare_options {
+  std::string trace;              ///< a user's trace instead of the default workloads
+  sim::trace_format format = sim::trace_format::auto_detect;  ///< its format
+  sim::csv_options csv;           ///< csv columns
+  std::vector<std::string> policies;   ///< default: all
+  std::vector<std::size_t> capacities; ///< default: per workload
+  std::string out_dir;            ///< results folder (default results/compare-<time>)
+  std::uint64_t keys = 100000;    ///< default workloads' key space
+  std::uint64_t requests = 1000000;  ///< default workloads' requests
+  sim::replay_options replay;     ///< batch, backend
+  bool plot = true;               ///< run the plotting script
+};
+
+/// `ccht compare`.
+int cmd_compare(compare_options opt);
+
+}  // namespace ccht::cli

@@ -1,0 +1,167 @@
+// `ccht`: trace replay, synthetic workloads, policy comparisons and microbenchmarks.
+// Exit codes: 0 success, 2 bad arguments, 1 failure; errors are one line on stderr.
+#include "commands.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+
+namespace {
+
+using namespace ccht;
+
+void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_csv,
+                     std::string default_policies) {
+  policies_csv = std::move(default_policies);
+  app->add_option("--policy", policies_csv, "Policies, comma-separated: lru, fifo, lfu, ccht-lru, "
+                                            "ccht-fifo, ccht-lfu")
+      ->capture_default_str();
+  app->add_option("--capacity", o.capacities,
+                  "Capacities in objects, comma-separated (default: 1/5/10/20% of distinct keys)")
+      ->delimiter(',');
+  app->add_option("--slots-ratio", o.replay.slots_ratio,
+                  "Capacity over table slots, in (0, 1] (used by global-capacity policies)")
+      ->capture_default_str();
+  app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--backend", o.replay.backend, "Table backend: cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_flag("--json", o.json, "Print JSON Lines on stdout (human text goes to stderr)");
+}
+
+std::vector<std::string> split(std::string const& s) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    std::size_t const c = std::min(s.find(',', pos), s.size());
+    if (c > pos) { out.push_back(s.substr(pos, c - pos)); }
+    pos = c + 1;
+  }
+  return out;
+}
+
+void add_csv_options(CLI::App* app, sim::csv_options& csv) {
+  app->add_option("--csv-key-column", csv.key_column, "csv: 1-based column of the object id")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--csv-delimiter", csv.delimiter, "csv: field separator")->capture_default_str();
+  app->add_flag("--csv-header", csv.has_header, "csv: the first line is a header");
+  app->add_flag("--csv-hash-strings", csv.hash_strings, "csv: hash non-numeric ids");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ccht: replay traces and synthetic workloads through ccht and exact LRU/FIFO/LFU, "
+               "and benchmark the table"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every subcommand");
+
+  // replay
+  auto* replay = app.add_subcommand("replay", "Replay a trace: every request a GET, a miss inserts");
+  cli::run_options replay_opt;
+  std::string replay_policies, trace_path, format_name = "auto";
+  sim::csv_options replay_csv;
+  replay->add_option("--trace", trace_path, "Trace file")->required()->check(CLI::ExistingFile);
+  replay->add_option("--format", format_name,
+                     "auto, lirs, mooncake, plain, csv, oracle-general, arc")
+      ->capture_default_str();
+  add_csv_options(replay, replay_csv);
+  add_run_options(replay, replay_opt, replay_policies, "lru,ccht-lru");
+
+  // workload
+  auto* workload = app.add_subcommand("workload", "Replay a synthetic workload");
+  cli::run_options work_opt;
+  std::string work_policies, dist_name = "zipfian";
+  sim::workload_options w;
+  workload->add_option("--dist", dist_name, "zipfian, uniform, latest, scan, scan-mix")
+      ->capture_default_str();
+  workload->add_option("--keys", w.keys, "Key-space size")->capture_default_str();
+  workload->add_option("--requests", w.requests, "Requests")->capture_default_str();
+  workload->add_option("--zipf", w.zipf_theta, "Zipfian theta, in [0, 1)")->capture_default_str();
+  workload->add_option("--read-ratio", w.read_ratio, "Fraction of queries (the rest are updates)")
+      ->capture_default_str();
+  workload->add_option("--scan-fraction", w.scan_fraction, "scan-mix: fraction of scan requests")
+      ->capture_default_str();
+  workload->add_option("--seed", w.seed, "Generator seed")->capture_default_str();
+  add_run_options(workload, work_opt, work_policies, "lru,ccht-lru");
+
+  // bench
+  auto* bench = app.add_subcommand("bench", "Throughput microbenchmark of the table");
+  cli::bench_options b;
+  bench->add_option("--op", b.op, "find, insert or mixed")->capture_default_str();
+  bench->add_option("--dist", b.dist, "Key distribution: uniform or zipfian")->capture_default_str();
+  bench->add_option("--zipf", b.zipf_theta, "Zipfian theta")->capture_default_str();
+  bench->add_option("--slots", b.slots, "Table slots")->capture_default_str();
+  bench->add_option("--load", b.load, "Load factor before measuring, in (0, 1]")->capture_default_str();
+  bench->add_option("--miss-ratio", b.miss_ratio, "find/mixed: fraction of absent keys")
+      ->capture_default_str();
+  bench->add_option("--read-ratio", b.read_ratio, "mixed: fraction of finds")->capture_default_str();
+  bench->add_option("--batch", b.batch, "Keys per call")->capture_default_str();
+  bench->add_option("--threads", b.threads, "CPU threads")->capture_default_str();
+  bench->add_option("--repeat", b.repeat, "Timed repetitions (median reported)")->capture_default_str();
+  bench->add_option("--backend", b.backend, "cpu")->capture_default_str();
+  bench->add_option("--seed", b.seed, "Key seed")->capture_default_str();
+  bench->add_flag("--json", b.json, "JSON Lines instead of Markdown");
+  bench->add_flag("!--no-peer", b.peer, "Skip libcuckoo");
+
+  // compare
+  auto* compare = app.add_subcommand("compare", "Miss ratios and throughput of every policy on the "
+                                                "default workloads (or --trace), with plots");
+  cli::compare_options c;
+  std::string compare_policies, compare_format = "auto";
+  compare->add_option("--trace", c.trace, "Run on this trace instead")->check(CLI::ExistingFile);
+  compare->add_option("--format", compare_format, "Trace format")->capture_default_str();
+  add_csv_options(compare, c.csv);
+  compare->add_option("--policy", compare_policies, "Policies (default: all)");
+  compare->add_option("--capacity", c.capacities, "Capacities")->delimiter(',');
+  compare->add_option("--keys", c.keys, "Default workloads: key space")->capture_default_str();
+  compare->add_option("--requests", c.requests, "Default workloads: requests")->capture_default_str();
+  compare->add_option("--batch", c.replay.batch, "Requests per table call")->capture_default_str();
+  compare->add_option("--backend", c.replay.backend, "cpu or cuda")->capture_default_str();
+  compare->add_option("--out", c.out_dir, "Results folder (default results/compare-<time>)");
+  compare->add_flag("!--no-plot", c.plot, "Do not draw PNG plots");
+
+  try {
+    app.parse(argc, argv);
+  } catch (CLI::CallForHelp const& e) {
+    return app.exit(e);
+  } catch (CLI::CallForAllHelp const& e) {
+    return app.exit(e);
+  } catch (CLI::ParseError const& e) {
+    std::string msg = e.what();
+    if (msg.empty()) { msg = "invalid arguments"; }
+    std::fprintf(stderr, "ccht: error: %s (see --help)\n", msg.c_str());
+    return 2;
+  }
+
+  try {
+    if (*replay) {
+      replay_opt.policies = split(replay_policies);
+      return cli::cmd_replay(trace_path, sim::parse_trace_format(format_name), replay_csv,
+                             replay_opt);
+    }
+    if (*workload) {
+      w.dist = sim::parse_distribution(dist_name);
+      work_opt.policies = split(work_policies);
+      return cli::cmd_workload(w, work_opt);
+    }
+    if (*bench) { return cli::cmd_bench(b); }
+    if (*compare) {
+      c.format = sim::parse_trace_format(compare_format);
+      c.policies = split(compare_policies);
+      return cli::cmd_compare(c);
+    }
+  } catch (std::invalid_argument const& e) {
+    std::fprintf(stderr, "ccht: error: %s\n", e.what());
+    return 2;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "ccht: error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}

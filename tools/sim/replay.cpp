@@ -1,0 +1,184 @@
+#include "replay.hpp"
+
+#include "exact_policies.hpp"
+
+#include <ccht/ccht.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+
+namespace ccht::sim {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+template <class Cache>
+replay_result run_exact(std::span<request const> reqs, std::size_t capacity) {
+  Cache cache(capacity);
+  auto const t0 = clock_type::now();
+  for (request const& r : reqs) {
+    if (r.update) {
+      cache.put(r.key);
+    } else {
+      cache.access(r.key);
+    }
+  }
+  replay_result out;
+  out.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  out.requests = cache.stats().requests;
+  out.updates = cache.stats().updates;
+  out.hits = cache.stats().hits;
+  out.evictions = cache.stats().evictions;
+  out.backend = "host";
+  return out;
+}
+
+/// Backend buffer of n elements (host vector on the CPU, device memory on CUDA).
+template <class Backend, class T>
+class buffer {
+ public:
+  explicit buffer(std::size_t n)
+      : n_(n), p_(static_cast<T*>(Backend::allocate(n * sizeof(T) + 1))) {}
+  ~buffer() { Backend::deallocate(p_); }
+  buffer(buffer const&) = delete;
+  buffer& operator=(buffer const&) = delete;
+  std::span<T> span(std::size_t n) { return {p_, n}; }
+  void upload(T const* host, std::size_t n) { Backend::copy_from_host(p_, host, n * sizeof(T)); }
+  void download(T* host, std::size_t n) { Backend::copy_to_host(host, p_, n * sizeof(T)); }
+
+ private:
+  std::size_t n_;
+  T* p_;
+};
+
+template <class Backend, class Policy>
+replay_result run_table(std::span<request const> reqs, std::size_t capacity,
+                        replay_options const& opt) {
+  std::size_t const slots = table_slots_for_capacity(capacity, opt.slots_ratio);
+  table<Backend, Policy> t(slots, table_options{opt.seed, opt.cpu_threads});
+  std::size_t const batch = opt.batch;
+  buffer<Backend, key_type> d_keys(batch), d_ek(batch);
+  buffer<Backend, value_type> d_vals(batch), d_ev(batch);
+  buffer<Backend, bool> d_found(batch);
+  std::vector<key_type> queries, upserts;
+  std::unique_ptr<bool[]> found(new bool[batch]);
+  queries.reserve(batch);
+  upserts.reserve(batch);
+
+  replay_result out;
+  auto const t0 = clock_type::now();
+  for (std::size_t b = 0; b < reqs.size(); b += batch) {
+    std::size_t const e = std::min(reqs.size(), b + batch);
+    queries.clear();
+    upserts.clear();
+    for (std::size_t i = b; i < e; ++i) {
+      (reqs[i].update ? upserts : queries).push_back(reqs[i].key);
+    }
+    out.updates += upserts.size();
+    if (!queries.empty()) {
+      std::size_t const q = queries.size();
+      d_keys.upload(queries.data(), q);
+      t.find(d_keys.span(q), d_vals.span(q), d_found.span(q));
+      d_found.download(found.get(), q);
+      out.requests += q;
+      for (std::size_t i = 0; i < q; ++i) {
+        if (found[i]) {
+          ++out.hits;
+        } else {
+          upserts.push_back(queries[i]);  // a miss inserts the key
+        }
+      }
+    }
+    if (!upserts.empty()) {
+      std::size_t const u = upserts.size();
+      d_keys.upload(upserts.data(), u);
+      d_vals.upload(upserts.data(), u);  // the payload is the key itself
+      out.evictions += t.insert_or_assign(d_keys.span(u), d_vals.span(u), d_ek.span(u),
+                                          d_ev.span(u));
+    }
+  }
+  out.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  out.slots = t.num_slots();
+  out.backend = Backend::name;
+  return out;
+}
+
+template <class Backend>
+replay_result run_table_policy(std::span<request const> reqs, std::string const& inner,
+                               std::size_t capacity, replay_options const& opt) {
+  if (inner == "lru") { return run_table<Backend, lru>(reqs, capacity, opt); }
+  if (inner == "fifo") { return run_table<Backend, fifo>(reqs, capacity, opt); }
+  return run_table<Backend, lfu>(reqs, capacity, opt);
+}
+
+}  // namespace
+
+std::vector<std::string> const& known_policies() {
+  static std::vector<std::string> const names{"lru", "fifo", "lfu", "ccht-lru", "ccht-fifo",
+                                              "ccht-lfu"};
+  return names;
+}
+
+std::size_t table_slots_for_capacity(std::size_t capacity, double slots_ratio) {
+  if (!(slots_ratio > 0.0 && slots_ratio <= 1.0)) {
+    throw std::invalid_argument("--slots-ratio must be in (0, 1]");
+  }
+  constexpr std::size_t b = default_bucket_size;
+  // Until a global capacity layer exists, the table itself is the capacity: never more slots
+  // than the exact policy it is compared with.
+  std::size_t const slots = capacity / b * b;
+  if (slots < 2 * b) {
+    throw std::invalid_argument("capacity " + std::to_string(capacity) +
+                                " is below the table's minimum of two buckets (" +
+                                std::to_string(2 * b) + " slots)");
+  }
+  return slots;
+}
+
+replay_result replay(std::span<request const> requests, std::string const& policy,
+                     std::size_t capacity, replay_options const& options) {
+  if (capacity == 0) { throw std::invalid_argument("capacity must be at least 1"); }
+  if (options.batch == 0) { throw std::invalid_argument("--batch must be at least 1"); }
+  replay_result r;
+  if (policy == "lru") {
+    r = run_exact<exact_lru>(requests, capacity);
+  } else if (policy == "fifo") {
+    r = run_exact<exact_fifo>(requests, capacity);
+  } else if (policy == "lfu") {
+    r = run_exact<exact_lfu>(requests, capacity);
+  } else if (policy.rfind("ccht-", 0) == 0 &&
+             (policy == "ccht-lru" || policy == "ccht-fifo" || policy == "ccht-lfu")) {
+    std::string const inner = policy.substr(5);
+    if (options.backend == "cpu") {
+      r = run_table_policy<cpu_backend>(requests, inner, capacity, options);
+    } else if (options.backend == "cuda") {
+#if CCHT_WITH_CUDA
+      if (!cuda_backend::available()) {
+        throw std::invalid_argument("--backend cuda: no GPU is available here");
+      }
+      r = run_table_policy<cuda_backend>(requests, inner, capacity, options);
+#else
+      throw std::invalid_argument("--backend cuda: this build has no CUDA backend");
+#endif
+    } else {
+      throw std::invalid_argument("unknown backend '" + options.backend + "' (expected cpu or cuda)");
+    }
+    r.batch = options.batch;
+  } else {
+    std::string list;
+    for (auto const& p : known_policies()) { list += (list.empty() ? "" : ", ") + p; }
+    throw std::invalid_argument("unknown policy '" + policy + "' (expected one of " + list + ")");
+  }
+  r.policy = policy;
+  r.capacity = capacity;
+  return r;
+}
+
+std::vector<request> as_queries(std::span<std::uint64_t const> keys) {
+  std::vector<request> out(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) { out[i] = {keys[i], false}; }
+  return out;
+}
+
+}  // namespace ccht::sim

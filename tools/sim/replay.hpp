@@ -1,0 +1,72 @@
+/**
+ * @file replay.hpp
+ * @brief Replays a request stream through a named policy and reports hits, misses, evictions
+ *        and time: the exact references (lru, fifo, lfu) and the table (ccht-lru, ccht-fifo,
+ *        ccht-lfu) on either backend.
+ */
+#pragma once
+
+#include "workloads.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ccht::sim {
+
+/// How the table policies are replayed.
+struct replay_options {
+  std::size_t batch = 1;      ///< requests per table call (1 = exact sequential semantics)
+  std::string backend = "cpu";  ///< "cpu" or "cuda"
+  double slots_ratio = 1.0;   ///< capacity over slots (matters once a global capacity exists)
+  int cpu_threads = 1;        ///< CPU backend threads per call
+  std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
+};
+
+/// One result row.
+struct replay_result {
+  std::string trace;          ///< trace file or workload description
+  std::string policy;         ///< policy name
+  std::size_t capacity = 0;   ///< objects the policy may hold
+  std::size_t slots = 0;      ///< table slots (0 for exact policies)
+  std::uint64_t requests = 0; ///< queries replayed (GETs)
+  std::uint64_t updates = 0;  ///< updates replayed (PUTs)
+  std::uint64_t hits = 0;     ///< queries that hit
+  std::uint64_t evictions = 0;///< entries evicted
+  double seconds = 0;         ///< wall time of the replay
+  std::string backend;        ///< "host" for exact policies, else the table's backend
+  std::size_t batch = 1;      ///< batch size used
+  /// Misses (queries that did not hit).
+  std::uint64_t misses() const noexcept { return requests - hits; }
+  /// Misses over queries (0 when there were none).
+  double miss_ratio() const noexcept { return requests ? double(misses()) / double(requests) : 0.0; }
+  /// Requests (queries and updates) per second.
+  double throughput() const noexcept {
+    return seconds > 0 ? double(requests + updates) / seconds : 0.0;
+  }
+};
+
+/// Policy names replay() accepts, in display order.
+std::vector<std::string> const& known_policies();
+
+/// Slots the table gets for a capacity: rounded down to whole buckets. Throws
+/// std::invalid_argument when that is under two buckets.
+std::size_t table_slots_for_capacity(std::size_t capacity, double slots_ratio);
+
+/**
+ * @brief Replays @p requests through @p policy with room for @p capacity objects.
+ *
+ * Every query is a GET whose miss inserts the key; every update is an upsert. Table policies run
+ * in batches: the batch's queries are looked up, then its misses and updates are upserted.
+ * Throws std::invalid_argument for an unknown policy, a capacity too small, or a backend that
+ * was not built.
+ */
+replay_result replay(std::span<request const> requests, std::string const& policy,
+                     std::size_t capacity, replay_options const& options);
+
+/// Wraps a plain key stream (a trace) as queries.
+std::vector<request> as_queries(std::span<std::uint64_t const> keys);
+
+}  // namespace ccht::sim
