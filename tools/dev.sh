@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for newcomers and CI.
-#   tools/dev.sh quickstart   install what is missing, build (CPU preset), run the quickstart
+#   tools/dev.sh run          install what is missing, build (CPU preset), run the quickstart and
+#                             `ccht compare` (miss ratios and throughput of every policy, with plots)
+#   tools/dev.sh quickstart   the same build, then only the quickstart
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
 #                             CPU tests, the ThreadSanitizer build, the CUDA build (compiled for
 #                             sm_90; its GPU tests skip visibly without a GPU), and the installed
@@ -42,6 +44,27 @@ setup() {
   fi
 }
 
+passed=0 failed=0 skipped=0
+# Runs ctest with the given arguments and adds its counts to the totals printed at the end.
+run_ctest() {
+  local log
+  log=$(mktemp)
+  set +e
+  ctest "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  local total fails skips
+  total=$(sed -nE 's/.*tests failed out of ([0-9]+).*/\1/p' "$log" | tail -1)
+  fails=$(sed -nE 's/.* ([0-9]+) tests failed out of.*/\1/p' "$log" | tail -1)
+  skips=$(grep -cE '\*\*\*(Skipped|Not Run)' "$log" || true)
+  rm -f "$log"
+  total=${total:-0} fails=${fails:-0}
+  passed=$((passed + total - fails - skips))
+  failed=$((failed + fails))
+  skipped=$((skipped + skips))
+  return "$rc"
+}
+
 build() {  # build PRESET
   cmake --preset "$1" >/dev/null
   cmake --build --preset "$1" -j "$jobs"
@@ -55,20 +78,26 @@ quickstart() {
   ./build/cpu/tools/ccht_quickstart
 }
 
+main_job() {
+  quickstart
+  say "ccht compare: every policy on the default synthetic workloads"
+  ./build/cpu/tools/ccht compare
+}
+
 run_tests() {
   setup
   say "CPU backend: build and test (preset cpu)"
   build cpu
-  ctest --preset cpu -j "$jobs"
+  run_ctest --preset cpu -j "$jobs"
 
   say "ThreadSanitizer build of the concurrency tests (preset tsan)"
   build tsan
-  ctest --preset tsan
+  run_ctest --preset tsan
 
   if command -v nvcc >/dev/null; then
     say "CUDA backend: compile for sm_90 and run the GPU tests (preset cuda)"
     build cuda
-    ctest --preset cuda -L cuda
+    run_ctest --preset cuda -L cuda
   else
     say "nvcc not found: CUDA backend not compiled"
   fi
@@ -79,11 +108,14 @@ run_tests() {
   cmake --build build/consumer -j "$jobs"
   ./build/consumer/consumer
   say "all test stages passed"
+  # One plain closing line over every stage (the CUDA stage alone may be all skips).
+  echo "ccht: $passed passed, $failed failed, $skipped skipped"
 }
 
 case "${1:-}" in
   setup) setup ;;
+  run) main_job ;;
   quickstart) quickstart ;;
   test) run_tests ;;
-  *) echo "usage: tools/dev.sh quickstart|test|setup" >&2; exit 2 ;;
+  *) echo "usage: tools/dev.sh run|quickstart|test|setup" >&2; exit 2 ;;
 esac
