@@ -33,6 +33,12 @@ nlohmann::json to_json(sim::replay_result const& r) {
           {"backend", r.backend},       {"batch", r.batch}};
 }
 
+/// One JSON line. Trace names come from file names, which need not be UTF-8: invalid bytes are
+/// replaced (U+FFFD) instead of making dump() throw after the replay has run.
+std::string json_line(sim::replay_result const& r) {
+  return to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::vector<std::string> row_cells(sim::replay_result const& r) {
   return {r.trace,
           r.policy,
@@ -101,7 +107,7 @@ int run_rows(std::vector<sim::request> const& requests, std::string const& name,
   auto rows = run_all(requests, name, opt, &bar, done);
   bar.finish();
   if (opt.json) {
-    for (auto const& r : rows) { std::printf("%s\n", to_json(r).dump().c_str()); }
+    for (auto const& r : rows) { std::printf("%s\n", json_line(r).c_str()); }
   } else {
     markdown_table t({"trace", "policy", "capacity", "slots", "requests", "hits", "misses",
                       "miss_ratio", "evictions", "Mreq/s"});
@@ -247,11 +253,13 @@ int cmd_compare(compare_options opt) {
     csv << "trace,policy,capacity,slots,requests,updates,hits,misses,miss_ratio,evictions,"
            "seconds,throughput,backend,batch\n";
     for (auto const& r : rows) {
-      csv << '"' << r.trace << "\"," << r.policy << ',' << r.capacity << ',' << r.slots << ','
+      std::string quoted;  // csv: double any quote inside the field
+      for (char ch : r.trace) { quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch); }
+      csv << '"' << quoted << "\"," << r.policy << ',' << r.capacity << ',' << r.slots << ','
           << r.requests << ',' << r.updates << ',' << r.hits << ',' << r.misses() << ','
           << r.miss_ratio() << ',' << r.evictions << ',' << r.seconds << ',' << r.throughput()
           << ',' << r.backend << ',' << r.batch << '\n';
-      js << to_json(r).dump() << '\n';
+      js << json_line(r) << '\n';
     }
     std::ofstream md(opt.out_dir + "/compare.md");
     md << "## Miss ratio\n\n" << misses.str() << "\n## Throughput\n\n" << speed.str();

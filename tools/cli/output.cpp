@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 
@@ -14,8 +15,11 @@ std::string markdown_table::str() const {
   for (auto const& r : rows_) {
     for (std::size_t c = 0; c < r.size() && c < w.size(); ++c) { w[c] = std::max(w[c], r[c].size()); }
   }
-  auto numeric = [](std::string const& s) {
-    return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+');
+  auto numeric = [](std::string const& s) {  // "12", "-0.41", "1.25x": right-aligned
+    if (s.empty()) { return false; }
+    char* end = nullptr;
+    std::strtod(s.c_str(), &end);
+    return end != s.c_str() && (*end == '\0' || (*end == 'x' && end[1] == '\0'));
   };
   std::ostringstream o;
   auto line = [&](std::vector<std::string> const& r, bool is_header) {

@@ -59,7 +59,9 @@ std::size_t table_slots_for_capacity(std::size_t capacity, double slots_ratio);
  * @brief Replays @p requests through @p policy with room for @p capacity objects.
  *
  * Every query is a GET whose miss inserts the key; every update is an upsert. Table policies run
- * in batches: the batch's queries are looked up, then its misses and updates are upserted.
+ * in batches: the batch's queries are looked up, then its misses and updates are upserted. So a
+ * key that misses twice in one batch counts two misses (batch 1 is the exact sequential replay;
+ * larger batches model a GPU serving a batch at once).
  * Throws std::invalid_argument for an unknown policy, a capacity too small, or a backend that
  * was not built.
  */

@@ -103,7 +103,7 @@ std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string con
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (nlohmann::json::parse_error const& e) {
+    } catch (nlohmann::json::exception const& e) {  // parse_error, or out_of_range for 1e999
       throw trace_error(name, line_at(n), std::string("expected a JSON object: ") + e.what());
     }
     if (!j.is_object() || !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
@@ -284,8 +284,9 @@ trace_format detect_trace_format(std::string const& path, std::string& reason) {
     return trace_format::oracle_general;
   }
   std::string_view first = head;
-  first = trim(first.substr(0, first.find('\n')));
-  if (!first.empty() && first.back() == '\r') { first.remove_suffix(1); }
+  first = first.substr(0, first.find('\n'));
+  if (!first.empty() && first.back() == '\r') { first.remove_suffix(1); }  // before trimming
+  first = trim(first);
   if (!first.empty() && first.front() == '{') {
     reason = "first line is a JSON object";
     return trace_format::mooncake;

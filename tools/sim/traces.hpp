@@ -72,7 +72,8 @@ std::vector<std::uint64_t> parse_trace(std::string_view data, trace_format forma
 trace read_trace(std::string const& path, trace_format format = trace_format::auto_detect,
                  csv_options const& csv = {});
 
-/// Upper bound on requests one trace may expand to (ARC counts can be huge).
-inline constexpr std::size_t max_trace_requests = std::size_t{1} << 31;
+/// Upper bound on requests one trace may expand to (2^28 keys = 2 GiB): an ARC line's count could
+/// otherwise ask for any amount of memory before anything fails.
+inline constexpr std::size_t max_trace_requests = std::size_t{1} << 28;
 
 }  // namespace ccht::sim

@@ -1,0 +1,502 @@
+// End-to-end tests of the `ccht` CLI: the built binary is run with stdout and stderr captured
+// separately; --json output is parsed line by line; exit codes 0 (ok), 1 (failure such as a
+// malformed trace) and 2 (bad arguments).
+#include "sim_test_support.hpp"
+
+#include <sim/exact_policies.hpp>
+#include <sim/replay.hpp>
+#include <sim/workloads.hpp>
+
+#include <ccht/config.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef CCHT_CLI_PATH
+#error "CCHT_CLI_PATH (the built ccht binary) must be defined by the build"
+#endif
+
+namespace {
+
+using namespace ccht_sim_test;
+using nlohmann::json;
+
+struct cli_result {
+  int rc = -1;
+  std::string out, err;
+  std::string cmd;
+};
+
+std::string quoted(std::string const& s) {
+  std::string q = "'";
+  for (char c : s) { q += c == '\'' ? std::string("'\\''") : std::string(1, c); }
+  return q + "'";
+}
+
+/// Runs `ccht args...` with stdout and stderr redirected to files in @p dir.
+cli_result run_cli(temp_dir const& dir, std::vector<std::string> const& args) {
+  cli_result r;
+  fs::path const out = dir.path() / "cli.stdout", err = dir.path() / "cli.stderr";
+  r.cmd = quoted(CCHT_CLI_PATH);
+  for (auto const& a : args) {
+    r.cmd += ' ';
+    r.cmd += quoted(a);
+  }
+  std::string const full = r.cmd + " </dev/null >" + quoted(out.string()) + " 2>" +
+                           quoted(err.string());
+  int const status = std::system(full.c_str());
+  if (status != -1 && WIFEXITED(status)) {
+    r.rc = WEXITSTATUS(status);
+  } else if (status != -1 && WIFSIGNALED(status)) {
+    r.rc = 128 + WTERMSIG(status);
+  }
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string describe(cli_result const& r) {
+  return "command: " + r.cmd + "\nexit " + std::to_string(r.rc) + "\nstdout:\n" +
+         r.out.substr(0, 2000) + "\nstderr:\n" + r.err.substr(0, 2000);
+}
+
+/// Every stdout line must be one JSON object; returns them.
+std::vector<json> json_lines(std::string const& text) {
+  std::vector<json> rows;
+  if (text.empty()) { return rows; }
+  EXPECT_EQ(text.back(), '\n') << "stdout does not end with a newline";
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (json::parse_error const& e) {
+      ADD_FAILURE() << "stdout line " << n << " is not JSON: '" << line << "': " << e.what();
+      continue;
+    }
+    EXPECT_TRUE(j.is_object()) << "stdout line " << n << ": " << line;
+    rows.push_back(std::move(j));
+  }
+  return rows;
+}
+
+/// Checks the fields and the arithmetic of one replay row.
+void check_row(json const& j) {
+  for (char const* k : {"trace", "policy", "capacity", "requests", "hits", "misses",
+                        "miss_ratio", "evictions", "seconds", "updates", "slots", "backend",
+                        "batch", "throughput"}) {
+    ASSERT_TRUE(j.contains(k)) << "missing '" << k << "' in " << j.dump();
+  }
+  EXPECT_TRUE(j["trace"].is_string());
+  EXPECT_TRUE(j["policy"].is_string());
+  for (char const* k : {"capacity", "requests", "hits", "misses", "evictions", "updates"}) {
+    EXPECT_TRUE(j[k].is_number_unsigned()) << k << " in " << j.dump();
+  }
+  std::uint64_t const req = j["requests"], hits = j["hits"], misses = j["misses"];
+  EXPECT_EQ(hits + misses, req) << j.dump();
+  EXPECT_LE(hits, req);
+  double const ratio = j["miss_ratio"];
+  EXPECT_NEAR(ratio, req ? double(misses) / double(req) : 0.0, 1e-12) << j.dump();
+  EXPECT_GE(j["seconds"].get<double>(), 0.0);
+}
+
+/// stderr carries human text only: no line of it is a JSON object.
+void expect_no_json_on_stderr(cli_result const& r) {
+  std::istringstream in(r.err);
+  std::string line;
+  while (std::getline(in, line)) {
+    EXPECT_FALSE(!line.empty() && line.front() == '{' && json::accept(line))
+        << "JSON on stderr: " << line;
+  }
+}
+
+/// A small LIRS trace: a skewed stream over 400 keys, 3000 requests.
+std::vector<std::uint64_t> small_keys() {
+  ccht::sim::workload_options o;
+  o.keys = 400;
+  o.requests = 3000;
+  o.seed = 17;
+  std::vector<std::uint64_t> keys;
+  for (auto const& r : ccht::sim::generate(o)) { keys.push_back(r.key % 100000); }
+  return keys;
+}
+
+std::string as_lirs(std::vector<std::uint64_t> const& keys) {
+  std::string s;
+  for (auto k : keys) { s += std::to_string(k) + "\n"; }
+  return s;
+}
+
+template <class Cache>
+std::uint64_t exact_misses(std::vector<std::uint64_t> const& keys, std::size_t cap) {
+  Cache c(cap);
+  for (auto k : keys) { c.access(k); }
+  return c.stats().misses();
+}
+
+// ---- replay --------------------------------------------------------------------------------------
+
+TEST(Cli, ReplayJsonRowsArePoliciesTimesCapacities) {
+  temp_dir dir;
+  auto const keys = small_keys();
+  std::string const trace = dir.write("small.trace", as_lirs(keys));
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--policy", "lru,fifo,lfu,ccht-lru",
+                               "--capacity", "64,128,256", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 4u * 3u) << describe(r);
+  std::set<std::pair<std::string, std::size_t>> seen;
+  for (auto const& j : rows) {
+    check_row(j);
+    EXPECT_EQ(j["trace"], "small.trace");
+    EXPECT_EQ(j["requests"].get<std::uint64_t>(), keys.size());
+    EXPECT_EQ(j["updates"].get<std::uint64_t>(), 0u);
+    std::string const p = j["policy"];
+    std::size_t const cap = j["capacity"];
+    EXPECT_TRUE(seen.emplace(p, cap).second) << "duplicate row " << p << " " << cap;
+    std::uint64_t const misses = j["misses"];
+    if (p == "lru") { EXPECT_EQ(misses, exact_misses<ccht::sim::exact_lru>(keys, cap)); }
+    if (p == "fifo") { EXPECT_EQ(misses, exact_misses<ccht::sim::exact_fifo>(keys, cap)); }
+    if (p == "lfu") { EXPECT_EQ(misses, exact_misses<ccht::sim::exact_lfu>(keys, cap)); }
+    if (p == "ccht-lru") {
+      EXPECT_EQ(j["slots"].get<std::size_t>(), cap);  // 64, 128, 256 are whole buckets
+      EXPECT_EQ(j["backend"], "cpu");
+    } else {
+      EXPECT_EQ(j["backend"], "host");
+    }
+  }
+  for (std::string p : {"lru", "fifo", "lfu", "ccht-lru"}) {
+    for (std::size_t cap : {64u, 128u, 256u}) { EXPECT_TRUE(seen.count({p, cap})) << p << cap; }
+  }
+  EXPECT_NE(r.err.find("3000 requests"), std::string::npos) << r.err;
+  expect_no_json_on_stderr(r);
+}
+
+TEST(Cli, ReplayDefaultsAndMarkdown) {
+  temp_dir dir;
+  std::string const trace = dir.write("small.trace", as_lirs(small_keys()));
+  // Default policies (lru, ccht-lru) and default capacities (1/5/10/20% of distinct keys, >= 32).
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.size() % 2, 0u);
+  std::set<std::string> policies;
+  for (auto const& j : rows) {
+    check_row(j);
+    policies.insert(j["policy"].get<std::string>());
+    EXPECT_GE(j["capacity"].get<std::size_t>(), 32u);
+  }
+  EXPECT_EQ(policies, (std::set<std::string>{"lru", "ccht-lru"}));
+
+  // Without --json: a Markdown table on stdout, the same number of rows.
+  auto const md = run_cli(dir, {"replay", "--trace", trace});
+  ASSERT_EQ(md.rc, 0) << describe(md);
+  EXPECT_EQ(md.out.rfind("| trace", 0), 0u) << md.out;
+  std::size_t lines = 0;
+  for (char c : md.out) { lines += c == '\n'; }
+  EXPECT_EQ(lines, rows.size() + 2) << md.out;
+  EXPECT_FALSE(md.err.empty());
+}
+
+TEST(Cli, ReplayCsvOptionsAndBatch) {
+  temp_dir dir;
+  std::string const trace =
+      dir.write("t.csv", "time,obj,size\n1,10,5\n2,11,5\n3,10,5\n4,12,5\n5,10,5\n");
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--csv-key-column", "2", "--csv-header",
+                               "--policy", "lru", "--capacity", "2", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 1u);
+  check_row(rows[0]);
+  EXPECT_EQ(rows[0]["requests"], 5);
+  EXPECT_EQ(rows[0]["hits"], 2);  // 10 11 10(hit) 12 10(hit)
+
+  // Table policies at a batch size, and an explicit format.
+  std::string const lirs = dir.write("t.dat", as_lirs(small_keys()));
+  auto const b = run_cli(dir, {"replay", "--trace", lirs, "--format", "lirs", "--policy",
+                               "ccht-lru,ccht-fifo,ccht-lfu", "--capacity", "100", "--batch",
+                               "64", "--json"});
+  ASSERT_EQ(b.rc, 0) << describe(b);
+  auto const brows = json_lines(b.out);
+  ASSERT_EQ(brows.size(), 3u);
+  for (auto const& j : brows) {
+    check_row(j);
+    EXPECT_EQ(j["batch"], 64);
+    EXPECT_EQ(j["slots"], 96);
+  }
+}
+
+TEST(Cli, ReplaySharedTraceGolden) {
+  CCHT_SKIP_WITHOUT_TRACES();
+  temp_dir dir;
+  std::string const ps = trace_path("ps.trace");
+  if (HasFailure()) { return; }
+  auto const r = run_cli(dir, {"replay", "--trace", ps, "--policy", "lru,fifo,lfu", "--capacity",
+                               "100,500,2000", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  std::map<std::pair<std::string, std::size_t>, std::uint64_t> const want{
+      {{"lru", 100}, 9678},  {{"fifo", 100}, 9678},  {{"lfu", 100}, 9472},
+      {{"lru", 500}, 5376},  {{"fifo", 500}, 6642},  {{"lfu", 500}, 4953},
+      {{"lru", 2000}, 3084}, {{"fifo", 2000}, 4230}, {{"lfu", 2000}, 4953}};
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), want.size());
+  for (auto const& j : rows) {
+    check_row(j);
+    auto const key = std::make_pair(j["policy"].get<std::string>(), j["capacity"].get<std::size_t>());
+    ASSERT_TRUE(want.count(key)) << j.dump();
+    EXPECT_EQ(j["misses"].get<std::uint64_t>(), want.at(key)) << j.dump();
+    EXPECT_EQ(j["requests"], 10448);
+  }
+}
+
+TEST(Cli, ReplayJsonWithANonUtf8FileName) {
+  // File names need not be UTF-8; the JSON row must still be written (bytes replaced).
+  temp_dir dir;
+  std::string const trace = dir.write("bad\xff\xfename.trace", "1\n2\n1\n");
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--policy", "lru", "--capacity", "2",
+                               "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 1u);
+  check_row(rows[0]);
+  EXPECT_EQ(rows[0]["hits"], 1);
+  EXPECT_EQ(rows[0]["trace"].get<std::string>().rfind("bad", 0), 0u);
+}
+
+// ---- exit codes ----------------------------------------------------------------------------------
+
+TEST(Cli, BadArgumentsExitWithTwo) {
+  temp_dir dir;
+  std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
+  struct bad_case {
+    std::vector<std::string> args;
+    char const* says;  // expected on stderr
+  };
+  std::vector<bad_case> const cases{
+      {{"replay", "--trace", trace, "--policy", "lru,mru"}, "mru"},
+      {{"replay", "--trace", (dir.path() / "missing.trace").string()}, "missing.trace"},
+      {{"replay"}, "--trace"},
+      {{"replay", "--trace", trace, "--bogus"}, "bogus"},
+      {{"replay", "--trace", trace, "--batch", "0"}, "batch"},
+      {{"replay", "--trace", trace, "--capacity", "abc"}, "capacity"},
+      {{"replay", "--trace", trace, "--capacity", "10", "--policy", "ccht-lru"}, "capacity"},
+      {{"replay", "--trace", trace, "--capacity", "0", "--policy", "lru"}, "capacity"},
+      {{"replay", "--trace", trace, "--format", "bogus"}, "bogus"},
+      {{"replay", "--trace", trace, "--backend", "tpu"}, "backend"},
+      {{"replay", "--trace", trace, "--slots-ratio", "2", "--policy", "ccht-lru", "--capacity",
+        "64"},
+       "slots-ratio"},
+      {{"workload", "--zipf", "1.5", "--requests", "10"}, "zipf"},
+      {{"workload", "--zipf", "-0.5", "--requests", "10"}, "zipf"},
+      {{"workload", "--zipf", "abc"}, "zipf"},
+      {{"workload", "--keys", "0", "--requests", "10"}, "keys"},
+      {{"workload", "--read-ratio", "1.5", "--requests", "10"}, "read-ratio"},
+      {{"workload", "--dist", "pareto", "--requests", "10"}, "pareto"},
+      {{"workload", "--policy", "nope", "--requests", "10"}, "nope"},
+      {{"workload", "--unknown-option"}, "unknown-option"},
+      {{"bench", "--op", "scan"}, "--op"},
+      {{"bench", "--slots", "8"}, "slots"},
+      {{"bench", "--backend", "cuda"}, "cuda"},
+      {{"compare", "--keys", "0", "--no-plot"}, "keys"},
+      {{"compare", "--policy", "lru,xyz", "--no-plot"}, "xyz"},
+      {{"frobnicate"}, "subcommand"},  // CLI11 reports the missing subcommand
+      {{}, ""},
+  };
+  for (auto const& c : cases) {
+    auto const r = run_cli(dir, c.args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
+                                                     << "'\n" << describe(r);
+  }
+}
+
+TEST(Cli, CudaBackendInCpuOnlyBuild) {
+#if CCHT_WITH_CUDA
+  GTEST_SKIP() << "this build has the CUDA backend";
+#else
+  temp_dir dir;
+  std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--backend", "cuda", "--policy",
+                               "ccht-lru", "--capacity", "64", "--json"});
+  EXPECT_EQ(r.rc, 2) << describe(r);
+  EXPECT_NE(r.err.find("cuda"), std::string::npos) << describe(r);
+  EXPECT_TRUE(r.out.empty());
+#endif
+}
+
+TEST(Cli, MalformedTraceExitsWithOne) {
+  temp_dir dir;
+  std::string const bad = dir.write("bad.trace", "1\n2\nthree\n4\n");
+  auto const r = run_cli(dir, {"replay", "--trace", bad, "--json"});
+  EXPECT_EQ(r.rc, 1) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);  // nothing replayed from a partial trace
+  EXPECT_NE(r.err.find(bad + ": line 3"), std::string::npos) << describe(r);
+
+  std::string const cut = dir.write("cut.bin", std::string(30, '\x01'));
+  auto const b = run_cli(dir, {"replay", "--trace", cut, "--json"});
+  EXPECT_EQ(b.rc, 1) << describe(b);
+  EXPECT_NE(b.err.find("record 2"), std::string::npos) << describe(b);
+
+  std::string const js = dir.write("cut.jsonl", "{\"hash_ids\": [1, 2]}\n{\"hash_ids\": [3");
+  auto const m = run_cli(dir, {"replay", "--trace", js, "--json"});
+  EXPECT_EQ(m.rc, 1) << describe(m);
+  EXPECT_NE(m.err.find("line 2"), std::string::npos) << describe(m);
+
+  auto const c = run_cli(dir, {"compare", "--trace", bad, "--no-plot", "--out",
+                               (dir.path() / "cmp").string()});
+  EXPECT_EQ(c.rc, 1) << describe(c);
+}
+
+TEST(Cli, HelpExitsWithZero) {
+  temp_dir dir;
+  auto const r = run_cli(dir, {"--help"});
+  EXPECT_EQ(r.rc, 0) << describe(r);
+  EXPECT_NE(r.out.find("replay"), std::string::npos) << describe(r);
+  auto const s = run_cli(dir, {"replay", "--help"});
+  EXPECT_EQ(s.rc, 0) << describe(s);
+  EXPECT_NE(s.out.find("--trace"), std::string::npos) << describe(s);
+}
+
+// ---- workload ------------------------------------------------------------------------------------
+
+TEST(Cli, WorkloadJson) {
+  temp_dir dir;
+  std::vector<std::string> const args{"workload", "--dist", "zipfian", "--keys", "1000",
+                                      "--requests", "20000", "--read-ratio", "0.9", "--policy",
+                                      "lru,ccht-lru", "--capacity", "100,200", "--json"};
+  auto const r = run_cli(dir, args);
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 4u);
+  for (auto const& j : rows) {
+    check_row(j);
+    std::uint64_t const req = j["requests"], upd = j["updates"];
+    EXPECT_EQ(req + upd, 20000u);
+    EXPECT_NEAR(double(upd), 2000.0, 200.0);
+    EXPECT_NE(j["trace"].get<std::string>().find("zipfian"), std::string::npos);
+  }
+  expect_no_json_on_stderr(r);
+  // Same seed, same rows (times aside).
+  auto const again = json_lines(run_cli(dir, args).out);
+  ASSERT_EQ(again.size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(again[i]["hits"], rows[i]["hits"]);
+    EXPECT_EQ(again[i]["evictions"], rows[i]["evictions"]);
+  }
+  for (std::string d : {"uniform", "latest", "scan", "scan-mix"}) {
+    auto const w = run_cli(dir, {"workload", "--dist", d, "--keys", "500", "--requests", "5000",
+                                 "--policy", "lru", "--capacity", "64", "--json"});
+    ASSERT_EQ(w.rc, 0) << describe(w);
+    auto const wr = json_lines(w.out);
+    ASSERT_EQ(wr.size(), 1u) << d;
+    check_row(wr[0]);
+    if (d == "scan") { EXPECT_EQ(wr[0]["hits"], 0) << "a 500-key loop through 64 slots"; }
+  }
+}
+
+// ---- bench ---------------------------------------------------------------------------------------
+
+TEST(Cli, BenchJson) {
+  temp_dir dir;
+  for (std::string op : {"find", "insert", "mixed"}) {
+    auto const r = run_cli(dir, {"bench", "--json", "--op", op, "--slots", "4096", "--batch",
+                                 "10000", "--repeat", "1"});
+    ASSERT_EQ(r.rc, 0) << describe(r);
+    auto const rows = json_lines(r.out);
+    ASSERT_FALSE(rows.empty()) << describe(r);
+    bool saw_ccht = false;
+    for (auto const& j : rows) {
+      ASSERT_TRUE(j.contains("ops_per_s")) << j.dump();
+      ASSERT_TRUE(j.contains("impl")) << j.dump();
+      EXPECT_GT(j["ops_per_s"].get<double>(), 0.0) << j.dump();
+      EXPECT_EQ(j["op"], op);
+      EXPECT_EQ(j["batch"], 10000);
+      EXPECT_EQ(j["slots"], 4096);
+      if (j["impl"] == "ccht") {
+        saw_ccht = true;
+        ASSERT_TRUE(j.contains("buckets_per_op")) << j.dump();
+        double const b = j["buckets_per_op"];
+        EXPECT_GE(b, 1.0);
+        EXPECT_LE(b, 2.0);
+        if (op == "insert") { EXPECT_EQ(b, 2.0); }
+      }
+    }
+    EXPECT_TRUE(saw_ccht) << describe(r);
+  }
+}
+
+// ---- compare -------------------------------------------------------------------------------------
+
+TEST(Cli, CompareWritesCsvAndJsonl) {
+  temp_dir dir;
+  fs::path const out = dir.path() / "results";
+  auto const r = run_cli(dir, {"compare", "--keys", "2000", "--requests", "20000", "--out",
+                               out.string(), "--no-plot"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  EXPECT_NE(r.out.find("Miss ratio"), std::string::npos) << describe(r);
+  ASSERT_TRUE(fs::exists(out / "compare.csv"));
+  ASSERT_TRUE(fs::exists(out / "compare.jsonl"));
+  EXPECT_TRUE(fs::exists(out / "compare.md"));
+  EXPECT_FALSE(fs::exists(out / "miss_ratio.png"));  // --no-plot
+
+  // Five default workloads x four default capacities (32, 100, 200, 400) x six policies.
+  std::size_t const expected = 5 * 4 * ccht::sim::known_policies().size();
+  auto const rows = json_lines(slurp(out / "compare.jsonl"));
+  ASSERT_EQ(rows.size(), expected);
+  std::set<std::string> workloads;
+  std::set<std::tuple<std::string, std::string, std::size_t>> keys;
+  for (auto const& j : rows) {
+    check_row(j);
+    workloads.insert(j["trace"].get<std::string>());
+    EXPECT_TRUE(keys.emplace(j["trace"].get<std::string>(), j["policy"].get<std::string>(),
+                             j["capacity"].get<std::size_t>())
+                    .second)
+        << j.dump();
+    EXPECT_EQ(j["requests"].get<std::uint64_t>() + j["updates"].get<std::uint64_t>(), 20000u);
+  }
+  EXPECT_EQ(workloads.size(), 5u);
+
+  std::ifstream csv(out / "compare.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("trace,policy,capacity,", 0), 0u) << header;
+  std::size_t n = 0;
+  while (std::getline(csv, line)) {
+    if (!line.empty()) { ++n; }
+  }
+  EXPECT_EQ(n, expected);
+}
+
+TEST(Cli, CompareOnATrace) {
+  temp_dir dir;
+  std::string const trace = dir.write("small.trace", as_lirs(small_keys()));
+  fs::path const out = dir.path() / "cmp";
+  auto const r = run_cli(dir, {"compare", "--trace", trace, "--policy", "lru,ccht-lru",
+                               "--capacity", "64,128", "--out", out.string(), "--no-plot"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(slurp(out / "compare.jsonl"));
+  ASSERT_EQ(rows.size(), 4u);
+  for (auto const& j : rows) {
+    check_row(j);
+    EXPECT_EQ(j["trace"], "small.trace");
+  }
+}
+
+}  // namespace
