@@ -395,8 +395,16 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     }
     tile.sync();
     detail::fence_acquire();
+    unsigned removed = 0;
     for (int s = static_cast<int>(tile.thread_rank()); s < B; s += TileSize) {
+      removed += detail::load_relaxed(view.buckets[b].keys[s]) != empty_key;
       detail::store_relaxed(view.buckets[b].keys[s], empty_key);
+    }
+    if (view.live != nullptr) {  // global capacity layer: keep the live count exact
+      for (unsigned off = TileSize / 2; off > 0; off >>= 1) { removed += tile.shfl_xor(removed, off); }
+      if (tile.thread_rank() == 0 && removed != 0) {
+        detail::add_live(view.live, -static_cast<std::int64_t>(removed));
+      }
     }
     detail::fence_release();  // every lane's stores precede the unlock below
     tile.sync();

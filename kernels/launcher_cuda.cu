@@ -190,7 +190,8 @@ void validate(table_state const& s, key_type const* keys, op_code const* ops, st
 
 // ---- storage -------------------------------------------------------------------------------------
 
-void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed) {
+void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed,
+                          bool /*count_accesses: CPU only*/) {
   try {
     std::size_t const bucket_bytes = std::size_t{num_buckets} * sizeof(bucket<B>);
     s.view.buckets = static_cast<bucket<B>*>(cuda_backend::allocate(bucket_bytes));
@@ -198,9 +199,11 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
         cuda_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
     // Clock and sticky words share one allocation, on separate 128-byte lines: the clock takes
     // an atomic per batch and per ref call, the sticky words only on rejections.
-    auto* misc = static_cast<char*>(cuda_backend::allocate(256));
+    // The live-entry word of the global capacity layer has a line of its own too.
+    auto* misc = static_cast<char*>(cuda_backend::allocate(384));
     s.clock = reinterpret_cast<tick_type*>(misc);
     s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
+    s.view.live = s.view.capacity != 0 ? reinterpret_cast<std::uint64_t*>(misc + 256) : nullptr;
     s.view.num_buckets = num_buckets;
     s.view.seed = seed;
 
@@ -216,6 +219,7 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
                "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc, 0, 128, stream), "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc + 128, 0xff, 128, stream), "cudaMemsetAsync");  // no_reject
+    check_cuda(cudaMemsetAsync(misc + 256, 0, 128, stream), "cudaMemsetAsync");      // live = 0
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   } catch (...) {
     destroy(s);
@@ -388,6 +392,8 @@ void cuda_launcher::execute(table_state const& s, op_code const* ops, key_type c
 CCHT_INSTANTIATE_CUDA(lru)
 CCHT_INSTANTIATE_CUDA(fifo)
 CCHT_INSTANTIATE_CUDA(lfu)
+CCHT_INSTANTIATE_CUDA(double_lru)
+CCHT_INSTANTIATE_CUDA(coarse_lru)
 #undef CCHT_INSTANTIATE_CUDA
 
 }  // namespace ccht::detail

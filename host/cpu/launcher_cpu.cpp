@@ -1,15 +1,16 @@
 // CPU backend of ccht::table: the core's one-thread path over batches, on OpenMP threads.
 //
-// Batches are cut into chunks. Each chunk runs in index order on one thread with a two-stage
-// software prefetch pipeline: that memory-level parallelism is what a one-key-at-a-time map
-// cannot have. While element i runs,
-//   stage 1, element i + 2 * lead: hash the key, prefetch the bucket lines it will surely read
-//     (find: version and key lines of its first bucket; update: versions, keys and scores of both);
-//   stage 2, element i + lead: a find peeks at the first bucket's keys, which have arrived
-//     (relaxed loads, no lock, only a hint), and prefetches what depends on the outcome: the
-//     hit's value and score lines, or on a miss the second bucket's version and keys. An upsert
-//     prefetches both buckets' value lines.
-// The core then runs on lines already in L1. The peeks change nothing in the table.
+// Batches are cut into chunks. Each chunk runs in index order on one thread with a software
+// prefetch pipeline: that memory-level parallelism is what a one-key-at-a-time map cannot have.
+// While element i runs, stages for elements i + 3 * lead, i + 2 * lead and i + lead prefetch what
+// each will read, as soon as it is known:
+//   lookups: stage 1 hashes the key and requests its first bucket's version and keys; stage 2
+//     peeks at those keys (relaxed loads, no lock, only a hint) and requests the hit's value and
+//     score lines, or on a miss the second bucket's version and keys; stage 3 does the same peek
+//     in the second bucket when the first had no match.
+//   upserts and erases: stage 2 requests both versions, both buckets' keys and (upserts) both
+//     buckets' scores; stage 3 (upserts) both buckets' value lines.
+// The core then runs on lines already in cache. Peeks change nothing in the table.
 // Evictions are buffered per chunk and appended with one atomic add per chunk, so a full table
 // (every insert evicts) has no shared counter on its hot path.
 // On Linux the bucket array is backed by transparent huge pages where the system allows it
@@ -44,17 +45,21 @@ constexpr std::size_t chunk = 2048;
 /// development machines with room to spare, and the prefetches in flight (up to ~10 lines per
 /// element in stage 1) stay within the core's miss buffers.
 constexpr std::size_t lead = 8;
-/// Ring of candidate buckets computed in stage 1 and reused by stage 2 (at least 2 * lead + 1).
+/// Ring of per-element pipeline state (at least 3 * lead + 1 entries).
 constexpr std::size_t ring_size = 32;
-static_assert(ring_size > 2 * lead && (ring_size & (ring_size - 1)) == 0);
+static_assert(ring_size > 3 * lead && (ring_size & (ring_size - 1)) == 0);
 
 using bucket_t = bucket<B>;
 
 /// Marks a lambda always-inline (see pipelined()).
 #define CCHT_FORCEINLINE_LAMBDA __attribute__((always_inline))
 
-CCHT_FORCEINLINE void prefetch_read(void const* p) { __builtin_prefetch(p, 0, 3); }
-CCHT_FORCEINLINE void prefetch_write(void const* p) { __builtin_prefetch(p, 1, 3); }
+// Prefetches go to L2 (locality 2: prefetcht1 on x86), not L1. A prefetch into L1 holds one of the
+// core's few L1 miss buffers for the whole DRAM round trip, and the pipeline keeps 30-110 lines in
+// flight; into L2 it does not, and the core's later load then hits L2. Measured on the
+// development machines (AMD EPYC, 2 threads, 2^22 slots): lru find +15-20%, upsert +5-10%.
+CCHT_FORCEINLINE void prefetch_read(void const* p) { __builtin_prefetch(p, 0, 2); }
+CCHT_FORCEINLINE void prefetch_write(void const* p) { __builtin_prefetch(p, 1, 2); }
 
 /// Prefetches a 128-byte array of a bucket (keys, values or scores): two host cache lines.
 template <class T>
@@ -71,68 +76,93 @@ CCHT_FORCEINLINE void prefetch_line_pair(T const* first, bool write) {
 }
 
 /**
- * Runs body(i) for i in [b, e) in order, with stage1(i + 2 * lead) and stage2(i + lead) issued
- * before body(i). Every stage function must be always-inline: GCC's IPA treats a function whose
- * only effects are prefetches as pure and deletes calls to it.
+ * Runs body(i) for i in [b, e) in order, with stage1(i + 3 * lead), stage2(i + 2 * lead) and
+ * stage3(i + lead) issued before body(i). Every stage function must be always-inline: GCC's IPA
+ * treats a function whose only effects are prefetches as pure and deletes calls to it.
  */
-template <class Stage1, class Stage2, class Body>
+template <class Stage1, class Stage2, class Stage3, class Body>
 CCHT_FORCEINLINE void pipelined(std::size_t b, std::size_t e, Stage1&& stage1, Stage2&& stage2,
-                                Body&& body) {
-  std::size_t const p1 = std::min(e, b + 2 * lead);
-  std::size_t const p2 = std::min(e, b + lead);
-  for (std::size_t i = b; i < p1; ++i) { stage1(i); }
-  for (std::size_t i = b; i < p2; ++i) { stage2(i); }
+                                Stage3&& stage3, Body&& body) {
+  for (std::size_t i = b; i < std::min(e, b + 3 * lead); ++i) { stage1(i); }
+  for (std::size_t i = b; i < std::min(e, b + 2 * lead); ++i) { stage2(i); }
+  for (std::size_t i = b; i < std::min(e, b + lead); ++i) { stage3(i); }
   for (std::size_t i = b; i < e; ++i) {
-    if (i + 2 * lead < e) { stage1(i + 2 * lead); }
-    if (i + lead < e) { stage2(i + lead); }
+    if (i + 3 * lead < e) { stage1(i + 3 * lead); }
+    if (i + 2 * lead < e) { stage2(i + 2 * lead); }
+    if (i + lead < e) { stage3(i + lead); }
     body(i);
   }
 }
 
-/// Stage 1 of a lookup: the first bucket's version and keys.
-CCHT_FORCEINLINE candidate_buckets lookup_stage1(bucket_array_view<B> const& v, key_type key) {
-  candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
-  prefetch_read(&v.versions[cb.first]);
-  prefetch_line_pair(v.buckets[cb.first].keys, false);
-  return cb;
-}
+/// What the stages of one element pass on to the next (one ring entry per element in flight).
+struct stage_state {
+  candidate_buckets cb;
+  bool probe_second;  ///< a lookup's key was not in the first bucket when stage 2 peeked
+};
 
-/// Stage 2 of a lookup: on a (likely) hit in the first bucket its value line, and its score line
-/// when hits promote; otherwise the second bucket's version and keys.
+/// Per-chunk prefetch pipeline over the elements' keys; stage_* are called with the index of the
+/// element they prepare.
 template <bool Promotes>
-CCHT_FORCEINLINE void lookup_stage2(bucket_array_view<B> const& v, candidate_buckets cb,
-                                    key_type key) {
-  bucket_t const& b1 = v.buckets[cb.first];
-  int const slot = find_slot(scalar_tile{}, b1, key);
-  if (slot >= 0) {
-    prefetch_read(&b1.values[slot]);
-    if constexpr (Promotes) { prefetch_write(&b1.scores[slot]); }
-  } else {
-    prefetch_read(&v.versions[cb.second]);
-    prefetch_line_pair(v.buckets[cb.second].keys, false);
-  }
-}
+struct prefetcher {
+  bucket_array_view<B> v;
+  key_type const* keys;
+  stage_state ring[ring_size];
 
-/// Stage 1 of an upsert or erase: both versions and both buckets' keys, and for an upsert both
-/// buckets' scores too (read when both buckets are full, which is a full cache's steady state).
-CCHT_FORCEINLINE candidate_buckets update_stage1(bucket_array_view<B> const& v, key_type key,
-                                                 bool scores) {
-  candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
-  for (std::uint32_t bi : {cb.first, cb.second}) {
-    prefetch_write(&v.versions[bi]);
-    prefetch_line_pair(v.buckets[bi].keys, true);
-    if (scores) { prefetch_line_pair(v.buckets[bi].scores, true); }
-  }
-  return cb;
-}
+  CCHT_FORCEINLINE stage_state& at(std::size_t i) { return ring[i % ring_size]; }
 
-/// Stage 2 of an upsert: both buckets' value lines. The upsert writes one value (and reads it
-/// back when it evicts), in a slot known only after the keys and scores are compared; predicting
-/// it here would repeat most of the upsert's own work, which costs more than two extra lines.
-CCHT_FORCEINLINE void upsert_stage2(bucket_array_view<B> const& v, candidate_buckets cb) {
-  prefetch_line_pair(v.buckets[cb.first].values, true);
-  prefetch_line_pair(v.buckets[cb.second].values, true);
-}
+  /// Peeks at bucket @p bi for key i (relaxed loads, a hint only); on a hit prefetches the
+  /// slot's value line and, when hits promote, its score line.
+  CCHT_FORCEINLINE bool peek(std::uint32_t bi, std::size_t i) {
+    bucket_t const& bk = v.buckets[bi];
+    int const slot = find_slot(scalar_tile{}, bk, keys[i]);
+    if (slot < 0) { return false; }
+    prefetch_read(&bk.values[slot]);
+    if constexpr (Promotes) { prefetch_write(&bk.scores[slot]); }
+    return true;
+  }
+
+  // ---- lookups (find, contains): stages 1, 2, 3
+  /// The candidates, and the first bucket's version and keys.
+  CCHT_FORCEINLINE void lookup1(std::size_t i) {
+    candidate_buckets const cb = candidates(keys[i], v.seed, v.num_buckets);
+    at(i).cb = cb;
+    prefetch_read(&v.versions[cb.first]);
+    prefetch_line_pair(v.buckets[cb.first].keys, false);
+  }
+  /// A hit in the first bucket: its value (and score); else the second bucket's version and keys.
+  CCHT_FORCEINLINE void lookup2(std::size_t i) {
+    stage_state& st = at(i);
+    st.probe_second = !peek(st.cb.first, i);
+    if (st.probe_second) {
+      prefetch_read(&v.versions[st.cb.second]);
+      prefetch_line_pair(v.buckets[st.cb.second].keys, false);
+    }
+  }
+  /// A hit in the second bucket: its value (and score). Half the hits of a full table are there.
+  CCHT_FORCEINLINE void lookup3(std::size_t i) {
+    if (at(i).probe_second) { (void)peek(at(i).cb.second, i); }
+  }
+
+  // ---- updates (upsert, erase): stages 2 and 3 only, so their lines are not held longer
+  /// The candidates; both versions and both buckets' keys, and for an upsert both buckets' scores
+  /// (read when both buckets are full, which is a full cache's steady state).
+  CCHT_FORCEINLINE void update2(std::size_t i, bool upsert) {
+    candidate_buckets const cb = candidates(keys[i], v.seed, v.num_buckets);
+    at(i).cb = cb;
+    for (std::uint32_t bi : {cb.first, cb.second}) {
+      prefetch_write(&v.versions[bi]);
+      prefetch_line_pair(v.buckets[bi].keys, true);
+      if (upsert) { prefetch_line_pair(v.buckets[bi].scores, true); }
+    }
+  }
+  /// An upsert: both buckets' value lines. It writes one value (and reads it back when it evicts)
+  /// in a slot known only after the keys and scores are compared; predicting that slot here would
+  /// repeat most of the upsert's own work, which measured slower than two extra lines.
+  CCHT_FORCEINLINE void upsert3(std::size_t i) {
+    prefetch_line_pair(v.buckets[at(i).cb.first].values, true);
+    prefetch_line_pair(v.buckets[at(i).cb.second].values, true);
+  }
+};
 
 /// Runs f(begin, end) over [0, n) in chunks; in parallel when there is more than one chunk.
 template <class F>
@@ -192,9 +222,19 @@ void advise_huge_pages(void* p, std::size_t bytes) {
 #endif
 }
 
+/// Adds a chunk's access counts to the table's counters.
+void add_counts(access_counts* total, access_counts const& c) {
+  if (total == nullptr) { return; }
+  std::atomic_ref<std::uint64_t>(total->bucket_reads).fetch_add(c.bucket_reads, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(total->bucket_writes).fetch_add(c.bucket_writes, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(total->bytes_read).fetch_add(c.bytes_read, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(total->bytes_written).fetch_add(c.bytes_written, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed) {
+void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed,
+                          bool count_accesses) {
   s.view.num_buckets = num_buckets;
   s.view.seed = seed;
   try {
@@ -203,6 +243,14 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
     s.view.versions = static_cast<std::uint32_t*>(
         cpu_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
     s.clock = static_cast<tick_type*>(cpu_backend::allocate(sizeof(tick_type)));
+    if (s.view.capacity != 0) {
+      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(sizeof(std::uint64_t)));
+      *s.view.live = 0;
+    }
+    if (count_accesses) {
+      s.counts = static_cast<access_counts*>(cpu_backend::allocate(sizeof(access_counts)));
+      *s.counts = {};
+    }
   } catch (...) {
     destroy(s);
     throw;
@@ -222,6 +270,8 @@ void cpu_launcher::destroy(table_state& s) noexcept {
   cpu_backend::deallocate(s.view.buckets);
   cpu_backend::deallocate(s.view.versions);
   cpu_backend::deallocate(s.clock);
+  cpu_backend::deallocate(s.view.live);
+  cpu_backend::deallocate(s.counts);
   s = {};
 }
 
@@ -237,7 +287,12 @@ void cpu_launcher::clear(table_state const& s, stream_type) {
   for (std::uint32_t b = 0; b < s.view.num_buckets; ++b) {
     std::uint32_t const v = lock_bucket(s.view.versions[b]);
     fence_release();
-    for (key_type& k : s.view.buckets[b].keys) { store_relaxed(k, empty_key); }
+    std::int64_t removed = 0;
+    for (key_type& k : s.view.buckets[b].keys) {
+      removed += load_relaxed(k) != empty_key;
+      store_relaxed(k, empty_key);
+    }
+    if (s.view.live != nullptr && removed != 0) { add_live(s.view.live, -removed); }
     store_release(s.view.versions[b], v + 1);
   }
 }
@@ -249,21 +304,20 @@ void cpu_launcher::find(table_state const& s, key_type const* keys, value_type* 
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    candidate_buckets ring[ring_size];
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    access_counts c;
+    access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
-        b, e,
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          ring[i % ring_size] = lookup_stage1(v, keys[i]);
-        },
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          lookup_stage2<Policy::promotes_on_hit>(v, ring[i % ring_size], keys[i]);
-        },
+        b, e, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup1(i); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup2(i); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
           value_type val;
-          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val);
+          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val, acc);
           found[i] = hit;
           if (hit) { values[i] = val; }
         });
+    add_counts(s.counts, c);
   });
 }
 
@@ -272,18 +326,17 @@ void cpu_launcher::contains(table_state const& s, key_type const* keys, bool* fo
   check_keys_host({keys, n}, "contains");
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    candidate_buckets ring[ring_size];
+    prefetcher<false> pf{v, keys, {}};
+    access_counts c;
+    access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
-        b, e,
+        b, e, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup1(i); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup2(i); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          ring[i % ring_size] = lookup_stage1(v, keys[i]);
-        },
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          lookup_stage2<false>(v, ring[i % ring_size], keys[i]);
-        },
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          found[i] = ops_t<lru>::contains(scalar_tile{}, v, keys[i]);
+          found[i] = ops_t<lru>::contains(scalar_tile{}, v, keys[i], acc);
         });
+    add_counts(s.counts, c);
   });
 }
 
@@ -299,23 +352,22 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
-    candidate_buckets ring[ring_size];
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    access_counts c;
+    access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
-        b, e,
+        b, e, [](std::size_t) {},
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.update2(i, true); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.upsert3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          ring[i % ring_size] = update_stage1(v, keys[i], true);
-        },
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          upsert_stage2(v, ring[i % ring_size]);
-        },
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          key_type ek;
-          value_type ev;
+          key_type ek = 0;
+          value_type ev = 0;
           if (ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek,
-                                              ev) == op_status::inserted_evicted) {
+                                              ev, acc) == op_status::inserted_evicted) {
             buf->push(ek, ev);
           }
         });
+    add_counts(s.counts, c);
     buf->flush(evicted_keys, evicted_values, num_evicted);
   });
 }
@@ -328,13 +380,16 @@ void cpu_launcher::erase(table_state const& s, key_type const* keys, std::size_t
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     std::size_t local = 0;
+    prefetcher<false> pf{v, keys, {}};
+    access_counts c;
+    access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
-        b, e,
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { (void)update_stage1(v, keys[i], false); },
-        [](std::size_t) {},
+        b, e, [](std::size_t) {},
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.update2(i, false); }, [](std::size_t) {},
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          local += ops_t<lru>::erase(scalar_tile{}, v, keys[i]);
+          local += ops_t<lru>::erase(scalar_tile{}, v, keys[i], acc);
         });
+    add_counts(s.counts, c);
     if (num_erased != nullptr) { std::atomic_ref<std::size_t>(*num_erased).fetch_add(local); }
   });
 }
@@ -352,43 +407,52 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
-    candidate_buckets ring[ring_size];
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    access_counts c;
+    access_counts* const acc = s.counts ? &c : nullptr;
     auto stage1 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-      ring[i % ring_size] = ops[i] == op_code::find
-                                ? lookup_stage1(v, keys[i])
-                                : update_stage1(v, keys[i], ops[i] == op_code::insert_or_assign);
+      if (ops[i] == op_code::find) { pf.lookup1(i); }
     };
     auto stage2 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
       if (ops[i] == op_code::find) {
-        lookup_stage2<Policy::promotes_on_hit>(v, ring[i % ring_size], keys[i]);
-      } else if (ops[i] == op_code::insert_or_assign) {
-        upsert_stage2(v, ring[i % ring_size]);
+        pf.lookup2(i);
+      } else {
+        pf.update2(i, ops[i] == op_code::insert_or_assign);
       }
     };
-    pipelined(b, e, stage1, stage2, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+    auto stage3 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+      if (ops[i] == op_code::find) {
+        pf.lookup3(i);
+      } else if (ops[i] == op_code::insert_or_assign) {
+        pf.upsert3(i);
+      }
+    };
+    pipelined(b, e, stage1, stage2, stage3, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
       switch (ops[i]) {
         case op_code::find: {
           value_type val;
-          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val);
+          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val, acc);
           if (hit) { values_out[i] = val; }
           status[i] = hit ? op_status::hit : op_status::miss;
           break;
         }
         case op_code::insert_or_assign: {
-          key_type ek;
-          value_type ev;
+          key_type ek = 0;
+          value_type ev = 0;
           op_status const st =
-              ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek, ev);
+              ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek, ev,
+                                              acc);
           if (st == op_status::inserted_evicted) { buf->push(ek, ev); }
           status[i] = st;
           break;
         }
         case op_code::erase:
-          status[i] = ops_t<Policy>::erase(scalar_tile{}, v, keys[i]) ? op_status::hit
-                                                                      : op_status::miss;
+          status[i] = ops_t<Policy>::erase(scalar_tile{}, v, keys[i], acc) ? op_status::hit
+                                                                           : op_status::miss;
           break;
       }
     });
+    add_counts(s.counts, c);
     buf->flush(evicted_keys, evicted_values, num_evicted);
   });
 }
@@ -452,6 +516,8 @@ void cpu_launcher::release_words(std::size_t* words, std::size_t host[2], stream
 CCHT_INSTANTIATE_CPU(lru)
 CCHT_INSTANTIATE_CPU(fifo)
 CCHT_INSTANTIATE_CPU(lfu)
+CCHT_INSTANTIATE_CPU(double_lru)
+CCHT_INSTANTIATE_CPU(coarse_lru)
 #undef CCHT_INSTANTIATE_CPU
 
 }  // namespace ccht::detail

@@ -27,6 +27,16 @@ struct table_options {
   std::uint64_t seed = default_seed;
   /// CPU backend: worker threads per bulk call (0: the OpenMP default). Ignored on CUDA.
   int cpu_threads = 0;
+  /**
+   * Most entries held, at most the slots (0: the slots). Below the slots only for policies with a
+   * global capacity layer (ccht::double_lru, ccht::coarse_lru): the paper's cache/table ratio is
+   * capacity / num_slots().
+   */
+  std::size_t capacity = 0;
+  /// Global capacity layer: buckets sampled per global eviction (at least 1).
+  std::uint32_t global_samples = 8;
+  /// CPU backend: count buckets and bytes touched (see access_stats()). Off by default.
+  bool count_accesses = false;
 };
 
 /**
@@ -90,6 +100,19 @@ class table {
   std::size_t num_buckets() const noexcept { return state_.view.num_buckets; }
   /// Options the table was built with.
   table_options const& options() const noexcept { return options_; }
+  /// Most entries the table holds (options().capacity, or the slots).
+  std::size_t capacity() const noexcept {
+    return state_.view.capacity ? state_.view.capacity : num_slots();
+  }
+  /**
+   * @brief Buckets and bytes touched by every operation since construction or the last reset,
+   *        when options().count_accesses is set (CPU backend; zeros otherwise).
+   */
+  access_counts access_stats() const noexcept { return state_.counts ? *state_.counts : access_counts{}; }
+  /// Sets the access counters to zero.
+  void reset_access_stats() noexcept {
+    if (state_.counts) { *state_.counts = {}; }
+  }
 
   /// Number of entries (a snapshot when writers run concurrently).
   std::size_t size(stream_type stream = {}) const;

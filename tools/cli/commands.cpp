@@ -30,7 +30,10 @@ nlohmann::json to_json(sim::replay_result const& r) {
           {"hits", r.hits},             {"misses", r.misses()},
           {"miss_ratio", r.miss_ratio()}, {"evictions", r.evictions},
           {"seconds", r.seconds},       {"throughput", r.throughput()},
-          {"backend", r.backend},       {"batch", r.batch}};
+          {"backend", r.backend},       {"batch", r.batch},
+          {"buckets_per_insert", r.buckets_per_insert()},
+          {"buckets_per_lookup", r.buckets_per_lookup()},
+          {"buckets_per_op", r.buckets_per_op()}};
 }
 
 /// One JSON line. Trace names come from file names, which need not be UTF-8: invalid bytes are

@@ -16,14 +16,19 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
                      std::string default_policies) {
   policies_csv = std::move(default_policies);
   app->add_option("--policy", policies_csv, "Policies, comma-separated: lru, fifo, lfu, ccht-lru, "
-                                            "ccht-fifo, ccht-lfu")
+                                            "ccht-fifo, ccht-lfu, ccht-double-lru, "
+                                            "ccht-coarse-lru")
       ->capture_default_str();
   app->add_option("--capacity", o.capacities,
                   "Capacities in objects, comma-separated (default: 1/5/10/20% of distinct keys)")
       ->delimiter(',');
   app->add_option("--slots-ratio", o.replay.slots_ratio,
-                  "Capacity over table slots, in (0, 1] (used by global-capacity policies)")
+                  "Capacity over table slots, in (0, 1], for ccht-double-lru and ccht-coarse-lru")
       ->capture_default_str();
+  app->add_option("--global-samples", o.replay.global_samples,
+                  "Buckets sampled per global eviction (ccht-double-lru, ccht-coarse-lru)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

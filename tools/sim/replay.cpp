@@ -4,6 +4,7 @@
 
 #include <ccht/ccht.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -12,6 +13,14 @@ namespace ccht::sim {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+access_counts diff(access_counts a, access_counts const& b) {
+  a.bucket_reads -= b.bucket_reads;
+  a.bucket_writes -= b.bucket_writes;
+  a.bytes_read -= b.bytes_read;
+  a.bytes_written -= b.bytes_written;
+  return a;
+}
 
 template <class Cache>
 replay_result run_exact(std::span<request const> reqs, std::size_t capacity) {
@@ -55,8 +64,17 @@ class buffer {
 template <class Backend, class Policy>
 replay_result run_table(std::span<request const> reqs, std::size_t capacity,
                         replay_options const& opt) {
-  std::size_t const slots = table_slots_for_capacity(capacity, opt.slots_ratio);
-  table<Backend, Policy> t(slots, table_options{opt.seed, opt.cpu_threads});
+  constexpr bool global = Policy::global != global_layer::none;
+  std::size_t const slots = global ? table_slots_for_global(capacity, opt.slots_ratio)
+                                   : table_slots_for_capacity(capacity, opt.slots_ratio);
+  table_options to;
+  to.seed = opt.seed;
+  to.cpu_threads = opt.cpu_threads;
+  to.capacity = global ? capacity : 0;
+  to.global_samples = opt.global_samples;
+  to.count_accesses = true;  // per-chunk counters: cheap enough for the replay path
+  table<Backend, Policy> t(slots, to);
+  access_counts lookups, inserts;
   std::size_t const batch = opt.batch;
   buffer<Backend, key_type> d_keys(batch), d_ek(batch);
   buffer<Backend, value_type> d_vals(batch), d_ev(batch);
@@ -79,7 +97,9 @@ replay_result run_table(std::span<request const> reqs, std::size_t capacity,
     if (!queries.empty()) {
       std::size_t const q = queries.size();
       d_keys.upload(queries.data(), q);
+      access_counts const before = t.access_stats();
       t.find(d_keys.span(q), d_vals.span(q), d_found.span(q));
+      lookups += diff(t.access_stats(), before);
       d_found.download(found.get(), q);
       out.requests += q;
       for (std::size_t i = 0; i < q; ++i) {
@@ -94,13 +114,18 @@ replay_result run_table(std::span<request const> reqs, std::size_t capacity,
       std::size_t const u = upserts.size();
       d_keys.upload(upserts.data(), u);
       d_vals.upload(upserts.data(), u);  // the payload is the key itself
+      access_counts const before = t.access_stats();
       out.evictions += t.insert_or_assign(d_keys.span(u), d_vals.span(u), d_ek.span(u),
                                           d_ev.span(u));
+      inserts += diff(t.access_stats(), before);
+      out.inserts += u;
     }
   }
   out.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   out.slots = t.num_slots();
   out.backend = Backend::name;
+  out.lookup_accesses = lookups;
+  out.insert_accesses = inserts;
   return out;
 }
 
@@ -109,15 +134,30 @@ replay_result run_table_policy(std::span<request const> reqs, std::string const&
                                std::size_t capacity, replay_options const& opt) {
   if (inner == "lru") { return run_table<Backend, lru>(reqs, capacity, opt); }
   if (inner == "fifo") { return run_table<Backend, fifo>(reqs, capacity, opt); }
+  if (inner == "double-lru") { return run_table<Backend, double_lru>(reqs, capacity, opt); }
+  if (inner == "coarse-lru") { return run_table<Backend, coarse_lru>(reqs, capacity, opt); }
   return run_table<Backend, lfu>(reqs, capacity, opt);
 }
 
 }  // namespace
 
 std::vector<std::string> const& known_policies() {
-  static std::vector<std::string> const names{"lru", "fifo", "lfu", "ccht-lru", "ccht-fifo",
-                                              "ccht-lfu"};
+  static std::vector<std::string> const names{"lru",       "fifo",      "lfu",
+                                              "ccht-lru",  "ccht-fifo", "ccht-lfu",
+                                              "ccht-double-lru", "ccht-coarse-lru"};
   return names;
+}
+
+std::size_t table_slots_for_global(std::size_t capacity, double slots_ratio) {
+  if (!(slots_ratio > 0.0 && slots_ratio <= 1.0)) {
+    throw std::invalid_argument("--slots-ratio must be in (0, 1]");
+  }
+  constexpr std::size_t b = default_bucket_size;
+  // slots = capacity / ratio, rounded down to whole buckets but never below the capacity.
+  auto slots = static_cast<std::size_t>(static_cast<double>(capacity) / slots_ratio) / b * b;
+  if (slots < capacity) { slots = (capacity + b - 1) / b * b; }
+  if (slots < 2 * b) { slots = 2 * b; }
+  return slots;
 }
 
 std::size_t table_slots_for_capacity(std::size_t capacity, double slots_ratio) {
@@ -148,7 +188,8 @@ replay_result replay(std::span<request const> requests, std::string const& polic
   } else if (policy == "lfu") {
     r = run_exact<exact_lfu>(requests, capacity);
   } else if (policy.rfind("ccht-", 0) == 0 &&
-             (policy == "ccht-lru" || policy == "ccht-fifo" || policy == "ccht-lfu")) {
+             std::find(known_policies().begin(), known_policies().end(), policy) !=
+                 known_policies().end()) {
     std::string const inner = policy.substr(5);
     if (options.backend == "cpu") {
       r = run_table_policy<cpu_backend>(requests, inner, capacity, options);

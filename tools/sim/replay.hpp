@@ -8,6 +8,8 @@
 
 #include "workloads.hpp"
 
+#include <ccht/core/accounting.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,7 +22,11 @@ namespace ccht::sim {
 struct replay_options {
   std::size_t batch = 1;      ///< requests per table call (1 = exact sequential semantics)
   std::string backend = "cpu";  ///< "cpu" or "cuda"
-  double slots_ratio = 1.0;   ///< capacity over slots (matters once a global capacity exists)
+  /// Capacity over slots for policies with a global capacity layer (ccht-double-lru,
+  /// ccht-coarse-lru): slots = capacity / ratio. The plain ccht-* policies have no global layer,
+  /// so their slots are the capacity rounded down to whole buckets.
+  double slots_ratio = 0.9;
+  std::uint32_t global_samples = 8;  ///< buckets sampled per global eviction
   int cpu_threads = 1;        ///< CPU backend threads per call
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
 };
@@ -38,6 +44,22 @@ struct replay_result {
   double seconds = 0;         ///< wall time of the replay
   std::string backend;        ///< "host" for exact policies, else the table's backend
   std::size_t batch = 1;      ///< batch size used
+  std::uint64_t inserts = 0;  ///< table upserts issued (misses and updates)
+  ccht::access_counts lookup_accesses;  ///< buckets/bytes touched by finds (table policies)
+  ccht::access_counts insert_accesses;  ///< buckets/bytes touched by upserts (table policies)
+  /// Buckets touched per lookup (0 for exact policies).
+  double buckets_per_lookup() const noexcept {
+    return requests ? double(lookup_accesses.buckets()) / double(requests) : 0.0;
+  }
+  /// Buckets touched per upsert.
+  double buckets_per_insert() const noexcept {
+    return inserts ? double(insert_accesses.buckets()) / double(inserts) : 0.0;
+  }
+  /// Buckets touched per request (lookups and upserts over queries and updates).
+  double buckets_per_op() const noexcept {
+    auto const ops = requests + updates;
+    return ops ? double(lookup_accesses.buckets() + insert_accesses.buckets()) / double(ops) : 0.0;
+  }
   /// Misses (queries that did not hit).
   std::uint64_t misses() const noexcept { return requests - hits; }
   /// Misses over queries (0 when there were none).
@@ -50,6 +72,10 @@ struct replay_result {
 
 /// Policy names replay() accepts, in display order.
 std::vector<std::string> const& known_policies();
+
+/// Slots of a table with a global capacity layer: capacity / ratio in whole buckets (at least
+/// the capacity and two buckets). Throws std::invalid_argument for a ratio outside (0, 1].
+std::size_t table_slots_for_global(std::size_t capacity, double slots_ratio);
 
 /// Slots the table gets for a capacity: rounded down to whole buckets. Throws
 /// std::invalid_argument when that is under two buckets.

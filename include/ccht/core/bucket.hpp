@@ -55,6 +55,15 @@ struct bucket_array_view {
   std::uint32_t* versions = nullptr;      ///< num_buckets version words
   std::uint32_t num_buckets = 0;          ///< at least 2
   std::uint64_t seed = 0;                 ///< hash seed
+  /// Global capacity layer only: live-entry count word (backend memory), else null.
+  std::uint64_t* live = nullptr;
+  /// Global capacity layer only: most entries held (at most the slots).
+  std::uint64_t capacity = 0;
+  /// Global capacity layer only: buckets sampled per global eviction.
+  std::uint32_t samples = 8;
+  /// Kick-out policies only: most residents one insert displaces before the homeless one is
+  /// evicted (ccht::kick_threshold, the paper's 2000; 0 counts as 1).
+  std::uint32_t max_kicks = 2000;
 };
 
 }  // namespace ccht

@@ -3,7 +3,9 @@
  * @brief The CCHT algorithm for one key: find, contains, insert_or_assign (evicting, never
  *        kicking out) and erase, written once for host and device and generic over a thread tile.
  *
- * Every operation touches only the key's two candidate buckets.
+ * Every operation touches only the key's two candidate buckets (the global capacity layer adds a
+ * sampled victim's bucket; kick-out policies, the paper's CHT baselines, add a kick chain: see
+ * core/kickout.hpp, whose readers-may-miss race the CCHT policies do not have).
  *
  * Concurrency protocol (per-bucket seqlock, after MemC3/libcuckoo):
  * - Writers (insert_or_assign, erase) lock both candidate buckets in index order by moving the
@@ -24,82 +26,21 @@
 #include <ccht/core/tile.hpp>
 #include <ccht/core/types.hpp>
 
-#include <cuda/atomic>
+#include <ccht/core/accounting.hpp>
+#include <ccht/core/atomics.hpp>
+#include <ccht/core/global.hpp>
+#include <ccht/core/policy.hpp>
 
 #include <cstdint>
-#if !CCHT_DEVICE_CODE
-#include <thread>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-#endif
 
 namespace ccht {
 namespace detail {
-
-template <class T>
-using atomic_ref_t = cuda::atomic_ref<T, cuda::thread_scope_device>;
-
-template <class T>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE T load_relaxed(T const& x) noexcept {
-  return atomic_ref_t<T>(const_cast<T&>(x)).load(cuda::std::memory_order_relaxed);
-}
-template <class T>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE T load_acquire(T const& x) noexcept {
-  return atomic_ref_t<T>(const_cast<T&>(x)).load(cuda::std::memory_order_acquire);
-}
-template <class T>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void store_relaxed(T& x, T v) noexcept {
-  atomic_ref_t<T>(x).store(v, cuda::std::memory_order_relaxed);
-}
-template <class T>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void store_release(T& x, T v) noexcept {
-  atomic_ref_t<T>(x).store(v, cuda::std::memory_order_release);
-}
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acquire() noexcept {
-  cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
-}
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_release() noexcept {
-  cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_device);
-}
-
-/// Back-off while a bucket is locked: pause, and on the host yield now and then so that an
-/// oversubscribed writer holding the lock gets to run.
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void spin_wait(unsigned& spins) noexcept {
-#if CCHT_DEVICE_CODE
-  __nanosleep(spins < 8 ? 16u : 256u);
-  ++spins;
-#else
-  if (++spins < 128) {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#endif
-  } else {
-    spins = 0;
-    std::this_thread::yield();
-  }
-#endif
-}
-
-/// Locks one bucket: version even -> odd. Returns the odd value held.
-CCHT_HOST_DEVICE inline std::uint32_t lock_bucket(std::uint32_t& version) noexcept {
-  atomic_ref_t<std::uint32_t> ref(version);
-  unsigned spins = 0;
-  while (true) {
-    std::uint32_t v = ref.load(cuda::std::memory_order_relaxed);
-    if ((v & 1u) == 0 &&
-        ref.compare_exchange_weak(v, v + 1, cuda::std::memory_order_acquire,
-                                  cuda::std::memory_order_relaxed)) {
-      return v + 1;
-    }
-    spin_wait(spins);
-  }
-}
 
 /// Result of one pass over a locked bucket.
 struct scan_result {
   int match = -1;  ///< slot holding the key, or -1
   int empty = -1;  ///< first free slot, or -1
+  int free = 0;    ///< free slots seen (all of them when there is no match)
 };
 
 /// One pass over a bucket (caller holds its lock): where the key is, and the first free slot.
@@ -118,6 +59,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE scan_result scan_locked(Tile const& tile, buck
     }
     unsigned const free = tile.ballot(k == empty_key);
     if (free && r.empty < 0) { r.empty = base + lowest_lane(free); }
+    r.free += popcount(free);
   }
   return r;
 }
@@ -180,6 +122,15 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int read_bucket(Tile const& tile, bucket<B> co
   }
 }
 
+/// Kick-out insertion for Policy::kick_out (defined in core/kickout.hpp, included below).
+template <class Policy, class Tile, int B>
+CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
+                                                    bucket_array_view<B> const& v, key_type key,
+                                                    value_type value, tick_type tick,
+                                                    key_type& evicted_key,
+                                                    value_type& evicted_value,
+                                                    access_counts* acc) noexcept;
+
 }  // namespace detail
 
 /**
@@ -196,20 +147,26 @@ struct bucket_ops {
 
   /**
    * @brief Looks @p key up; on a hit writes its value to @p value and promotes it.
+   * @param acc if not null, the buckets and bytes touched are added to it
    * @return true on a hit
    */
   template <class Tile>
   CCHT_HOST_DEVICE static bool find(Tile const& tile, view_type const& v, key_type key,
-                                    tick_type tick, value_type& value) noexcept {
+                                    tick_type tick, value_type& value,
+                                    access_counts* acc = nullptr) noexcept {
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     std::uint32_t bi = cb.first;
+    detail::count_probe<BucketSize>(acc);
     int slot = detail::read_bucket(tile, v.buckets[bi], v.versions[bi], key, value);
     if (slot < 0) {
       bi = cb.second;
+      detail::count_probe<BucketSize>(acc);
       slot = detail::read_bucket(tile, v.buckets[bi], v.versions[bi], key, value);
       if (slot < 0) { return false; }
     }
+    detail::count_value_read(acc);
     if constexpr (Policy::promotes_on_hit) {
+      detail::count_promote(acc);
       if (tile.thread_rank() == 0) {
         score_type& s = v.buckets[bi].scores[slot];
         score_type const old = detail::load_relaxed(s);
@@ -222,12 +179,16 @@ struct bucket_ops {
 
   /// Whether @p key is present. Does not promote.
   template <class Tile>
-  CCHT_HOST_DEVICE static bool contains(Tile const& tile, view_type const& v,
-                                        key_type key) noexcept {
+  CCHT_HOST_DEVICE static bool contains(Tile const& tile, view_type const& v, key_type key,
+                                        access_counts* acc = nullptr) noexcept {
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     value_type ignored;
-    return detail::read_bucket(tile, v.buckets[cb.first], v.versions[cb.first], key, ignored) >= 0 ||
-           detail::read_bucket(tile, v.buckets[cb.second], v.versions[cb.second], key, ignored) >= 0;
+    detail::count_probe<BucketSize>(acc);
+    if (detail::read_bucket(tile, v.buckets[cb.first], v.versions[cb.first], key, ignored) >= 0) {
+      return true;
+    }
+    detail::count_probe<BucketSize>(acc);
+    return detail::read_bucket(tile, v.buckets[cb.second], v.versions[cb.second], key, ignored) >= 0;
   }
 
   /**
@@ -237,12 +198,24 @@ struct bucket_ops {
    * candidate bucket if it has one, else in the second. Otherwise the tail (smallest score) of
    * whichever bucket has the older tail (the first on a tie) is evicted, written to
    * @p evicted_key / @p evicted_value, and replaced.
+   *
+   * With a global capacity layer (Policy::global), taking a free slot when the table already
+   * holds `capacity` entries first evicts the global layer's victim (see core/global.hpp); that
+   * victim is the one reported. Either way an insert evicts at most one entry.
+   *
+   * Kick-out policies (Policy::kick_out: lru_cht, random_cht) displace residents to their other
+   * bucket instead of evicting from the two candidates; see core/kickout.hpp.
    */
   template <class Tile>
   CCHT_HOST_DEVICE static op_status insert_or_assign(Tile const& tile, view_type const& v,
                                                      key_type key, value_type value,
                                                      tick_type tick, key_type& evicted_key,
-                                                     value_type& evicted_value) noexcept {
+                                                     value_type& evicted_value,
+                                                     access_counts* acc = nullptr) noexcept {
+    if constexpr (Policy::kick_out) {  // LRU-CHT / Random-CHT baselines: core/kickout.hpp
+      return detail::kickout_insert_or_assign<Policy>(tile, v, key, value, tick, evicted_key,
+                                                      evicted_value, acc);
+    }
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
     std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
@@ -257,6 +230,7 @@ struct bucket_ops {
 
     bucket<BucketSize>& b1 = v.buckets[cb.first];
     bucket<BucketSize>& b2 = v.buckets[cb.second];
+    detail::count_probe<BucketSize>(acc);
     detail::scan_result const r1 = detail::scan_locked(tile, b1, key);
     op_status status;
     bucket<BucketSize>* target = nullptr;
@@ -266,12 +240,17 @@ struct bucket_ops {
       slot = r1.match;
       status = op_status::assigned;
     } else {
+      detail::count_probe<BucketSize>(acc);
       detail::scan_result const r2 = detail::scan_locked(tile, b2, key);
       if (r2.match >= 0) {
         target = &b2;
         slot = r2.match;
         status = op_status::assigned;
-      } else if (r1.empty >= 0) {
+      } else if (r1.empty >= 0 &&
+                 (Policy::global == global_layer::none || r1.free >= r2.free)) {
+        // Plain CCHT fills the first bucket first, so most finds end there. With a global
+        // capacity layer the free slots are headroom, and balancing them keeps the buckets from
+        // filling (and evicting in-bucket) while the table still has room.
         target = &b1;
         slot = r1.empty;
         status = op_status::inserted;
@@ -281,6 +260,8 @@ struct bucket_ops {
         status = op_status::inserted;
       } else {
         score_type m1, m2;
+        detail::count_scores<BucketSize>(acc);
+        detail::count_scores<BucketSize>(acc);
         int const s1 = detail::min_score_slot(tile, b1, m1);
         int const s2 = detail::min_score_slot(tile, b2, m2);
         bool const second_older = m2 < m1;
@@ -290,13 +271,28 @@ struct bucket_ops {
       }
     }
 
+    if constexpr (Policy::global != global_layer::none) {
+      if (status == op_status::inserted) {  // a new entry: does it fit the capacity?
+        std::uint64_t before = 0;
+        if (tile.thread_rank() == 0) { before = detail::add_live(v.live, 1); }
+        before = tile.shfl(before, 0);
+        if (before >= v.capacity &&
+            detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
+                                                 evicted_value, acc)) {
+          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+          status = op_status::inserted_evicted;
+        }
+      }
+    }
+
+    detail::count_slot_write(acc);
     if (tile.thread_rank() == 0) {
       score_type& score = target->scores[slot];
       if (status == op_status::assigned) {
         detail::store_relaxed(target->values[slot], value);
         detail::store_relaxed(score, Policy::on_hit(detail::load_relaxed(score), tick));
       } else {
-        if (status == op_status::inserted_evicted) {
+        if (status == op_status::inserted_evicted && detail::load_relaxed(target->keys[slot]) != empty_key) {
           evicted_key = detail::load_relaxed(target->keys[slot]);
           evicted_value = detail::load_relaxed(target->values[slot]);
         }
@@ -316,7 +312,8 @@ struct bucket_ops {
 
   /// Removes @p key if present. @return true when it was removed
   template <class Tile>
-  CCHT_HOST_DEVICE static bool erase(Tile const& tile, view_type const& v, key_type key) noexcept {
+  CCHT_HOST_DEVICE static bool erase(Tile const& tile, view_type const& v, key_type key,
+                                     access_counts* acc = nullptr) noexcept {
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
     std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
@@ -329,13 +326,19 @@ struct bucket_ops {
     tile.sync();
     detail::fence_acquire();
     bucket<BucketSize>* target = &v.buckets[cb.first];
+    detail::count_probe<BucketSize>(acc);
     int slot = detail::find_slot(tile, *target, key);
     if (slot < 0) {
       target = &v.buckets[cb.second];
+      detail::count_probe<BucketSize>(acc);
       slot = detail::find_slot(tile, *target, key);
     }
+    if (slot >= 0) { detail::count_slot_write(acc); }
     if (tile.thread_rank() == 0) {
-      if (slot >= 0) { detail::store_relaxed(target->keys[slot], empty_key); }
+      if (slot >= 0) {
+        detail::store_relaxed(target->keys[slot], empty_key);
+        if (v.live != nullptr) { detail::add_live(v.live, -1); }  // any policy may erase
+      }
       detail::store_release(v.versions[hi], vhi + 1);
       detail::store_release(v.versions[lo], vlo + 1);
     }
@@ -379,3 +382,5 @@ struct bucket_ops {
 };
 
 }  // namespace ccht
+
+#include <ccht/core/kickout.hpp>  // defines detail::kickout_insert_or_assign

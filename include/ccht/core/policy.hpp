@@ -1,6 +1,7 @@
 /**
  * @file policy.hpp
- * @brief In-bucket replacement policies as types: lru (the CCHT default), fifo and lfu.
+ * @brief In-bucket replacement policies as types: lru (the CCHT default), fifo and lfu, the global
+ *        layers double_lru and coarse_lru, and the paper's kick-out baselines lru_cht and random_cht.
  *
  * A policy only maps events to a per-slot score. The victim of a full bucket is always the slot
  * with the smallest score, and of two full candidate buckets the one whose smallest score is
@@ -21,10 +22,29 @@
 
 namespace ccht {
 
+/**
+ * @brief The global capacity layer a policy carries on top of its in-bucket order.
+ *
+ * With a layer, the table holds at most `capacity` entries (which may be fewer than its slots),
+ * and an insert of a new key that would exceed it first evicts a global victim elsewhere in the
+ * table (see core/global.hpp).
+ */
+enum class global_layer {
+  none,        ///< the slots are the capacity
+  entry_lru,   ///< double LRU: the globally least recently used entry (approximated by sampling)
+  bucket_lru,  ///< coarse-grained LRU: the tail of the least recently used bucket
+  random,      ///< a uniformly random entry of a sampled non-empty bucket (Random-CHT)
+};
+
 /// Least recently used inside each bucket (the CCHT default).
 struct lru {
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::none;
   /// Name used by tools and test output.
   static constexpr char const* name = "lru";
+  /// Whether a new key that finds both buckets full kicks a resident out (cuckoo displacement,
+  /// core/kickout.hpp) instead of evicting (CCHT).
+  static constexpr bool kick_out = false;
   /// Whether a hit changes the score (fifo: no, so finds write nothing).
   static constexpr bool promotes_on_hit = true;
   /// Score of a freshly inserted entry.
@@ -37,8 +57,12 @@ struct lru {
 
 /// First in, first out inside each bucket: hits do not promote.
 struct fifo {
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::none;
   /// Name used by tools and test output.
   static constexpr char const* name = "fifo";
+  /// Whether a new key that finds both buckets full kicks a resident out (see lru).
+  static constexpr bool kick_out = false;
   /// Whether a hit changes the score.
   static constexpr bool promotes_on_hit = false;
   /// Score of a freshly inserted entry.
@@ -49,8 +73,12 @@ struct fifo {
 
 /// Least frequently used inside each bucket, ties to the least recently used.
 struct lfu {
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::none;
   /// Name used by tools and test output.
   static constexpr char const* name = "lfu";
+  /// Whether a new key that finds both buckets full kicks a resident out (see lru).
+  static constexpr bool kick_out = false;
   /// Whether a hit changes the score.
   static constexpr bool promotes_on_hit = true;
   /// Bits of the score holding the tick of the last use.
@@ -72,6 +100,59 @@ struct lfu {
     if (c < max_count) { ++c; }
     return (c << tick_bits) | (t & tick_mask);
   }
+};
+
+/**
+ * @brief Double LRU (the paper's CCHT): in-bucket LRU plus a global LRU over all entries that
+ *        picks the victim when the capacity is reached. A hit promotes in both, since both read
+ *        the same per-slot tick.
+ */
+struct double_lru : lru {
+  /// Name used by tools and test output.
+  static constexpr char const* name = "double-lru";
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::entry_lru;
+};
+
+/**
+ * @brief Coarse-grained LRU: in-bucket LRU plus a bucket-level LRU; at capacity the tail of the
+ *        least recently used bucket (the bucket whose newest tick is oldest) is evicted.
+ */
+struct coarse_lru : lru {
+  /// Name used by tools and test output.
+  static constexpr char const* name = "coarse-lru";
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::bucket_lru;
+};
+
+/**
+ * @brief LRU-CHT, the paper's first baseline: a plain cuckoo table (a new key that finds both
+ *        buckets full kicks a resident to its other bucket, up to kick_threshold displacements;
+ *        see core/kickout.hpp) plus a global LRU that picks the victim when the capacity is
+ *        reached (the same sampled entry_lru layer as double_lru, so hit ratios compare).
+ *        Scores are lru's. Readers may miss a key while a kick chain moves it.
+ */
+struct lru_cht : lru {
+  /// Name used by tools and test output.
+  static constexpr char const* name = "cht-lru";
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::entry_lru;
+  /// Kick-out insertion (core/kickout.hpp).
+  static constexpr bool kick_out = true;
+};
+
+/**
+ * @brief Random-CHT, the paper's second baseline: kick-out cuckoo insertion as lru_cht, and a
+ *        random victim (a uniformly random entry of a sampled non-empty bucket) when the capacity
+ *        is reached. Scores are lru's (they decide nothing here).
+ */
+struct random_cht : lru {
+  /// Name used by tools and test output.
+  static constexpr char const* name = "cht-random";
+  /// Global capacity layer.
+  static constexpr global_layer global = global_layer::random;
+  /// Kick-out insertion (core/kickout.hpp).
+  static constexpr bool kick_out = true;
 };
 
 }  // namespace ccht

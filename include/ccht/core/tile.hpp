@@ -44,5 +44,14 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int lowest_lane(unsigned mask) noexcept {
 #endif
 }
 
+/// Number of set bits.
+CCHT_HOST_DEVICE CCHT_FORCEINLINE int popcount(unsigned mask) noexcept {
+#if CCHT_DEVICE_CODE
+  return __popc(mask);
+#else
+  return __builtin_popcount(mask);
+#endif
+}
+
 }  // namespace detail
 }  // namespace ccht

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ccht/backend.hpp>
+#include <ccht/core/accounting.hpp>
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/types.hpp>
 
@@ -30,6 +31,7 @@ struct table_state {
   tick_type* clock = nullptr;                      ///< logical clock (backend memory)
   std::size_t* sticky_reject = nullptr;  ///< CUDA: first rejected index of an async call, ~0 if none
   int cpu_threads = 0;                   ///< CPU: threads per bulk call (0: OpenMP default)
+  access_counts* counts = nullptr;       ///< CPU: access counters (host memory) when counting
 };
 
 /// Marks "no reserved key seen" in a reject word.
@@ -37,8 +39,11 @@ inline constexpr std::size_t no_reject = ~std::size_t{0};
 
 #define CCHT_DECLARE_LAUNCHER_INTERFACE(STREAM)                                                   \
   using stream_type = STREAM;                                                                     \
-  /** Allocates and initialises storage for @p num_buckets buckets; frees all on failure. */     \
-  static void create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed);             \
+  /** Allocates and initialises storage for @p num_buckets buckets; frees all on failure.        \
+      Also allocates the live-entry word when s.view.capacity != 0, and the access counters  \
+      when @p count_accesses (a backend may ignore it). */                                    \
+  static void create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed,               \
+                     bool count_accesses);                                                         \
   /** Frees storage; leaves @p s empty. */                                                        \
   static void destroy(table_state& s) noexcept;                                                   \
   static std::size_t size(table_state const& s, stream_type stream);                              \

@@ -59,8 +59,26 @@ class sync_call {
 template <class Backend, class Policy>
 table<Backend, Policy>::table(std::size_t num_slots, table_options options) : options_(options) {
   std::uint32_t const nb = detail::buckets_for_slots(num_slots, bucket_size);
+  std::size_t const slots = std::size_t{nb} * bucket_size;
+  if (options.capacity > slots) {
+    throw error(error_code::invalid_size, "capacity " + std::to_string(options.capacity) +
+                                              " exceeds the table's " + std::to_string(slots) +
+                                              " slots");
+  }
+  if (options.capacity != 0 && options.capacity < slots && Policy::global == global_layer::none) {
+    throw error(error_code::invalid_argument,
+                std::string("capacity below the slots needs a policy with a global capacity "
+                            "layer (double_lru, coarse_lru), not ") + Policy::name);
+  }
+  if (options.global_samples == 0) {
+    throw error(error_code::invalid_argument, "global_samples must be at least 1");
+  }
   state_.cpu_threads = options.cpu_threads;
-  launcher::create(state_, nb, options.seed);
+  if constexpr (Policy::global != global_layer::none) {
+    state_.view.capacity = options.capacity ? options.capacity : slots;
+    state_.view.samples = options.global_samples;
+  }
+  launcher::create(state_, nb, options.seed, options.count_accesses);
 }
 
 template <class Backend, class Policy>

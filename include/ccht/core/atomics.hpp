@@ -1,0 +1,83 @@
+/**
+ * @file atomics.hpp
+ * @brief Atomic accessors, fences, back-off and the bucket lock, for host and device alike.
+ *
+ * Every shared word of the table is accessed through cuda::atomic_ref, so the host build is
+ * data-race free in the C++ memory model and ThreadSanitizer can check it.
+ */
+#pragma once
+
+#include <ccht/core/config.hpp>
+
+#include <cuda/atomic>
+
+#include <cstdint>
+#if !CCHT_DEVICE_CODE
+#include <thread>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#endif
+
+namespace ccht::detail {
+
+template <class T>
+using atomic_ref_t = cuda::atomic_ref<T, cuda::thread_scope_device>;
+
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE T load_relaxed(T const& x) noexcept {
+  return atomic_ref_t<T>(const_cast<T&>(x)).load(cuda::std::memory_order_relaxed);
+}
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE T load_acquire(T const& x) noexcept {
+  return atomic_ref_t<T>(const_cast<T&>(x)).load(cuda::std::memory_order_acquire);
+}
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void store_relaxed(T& x, T v) noexcept {
+  atomic_ref_t<T>(x).store(v, cuda::std::memory_order_relaxed);
+}
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void store_release(T& x, T v) noexcept {
+  atomic_ref_t<T>(x).store(v, cuda::std::memory_order_release);
+}
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acquire() noexcept {
+  cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
+}
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_release() noexcept {
+  cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_device);
+}
+
+/// Back-off while a bucket is locked: pause, and on the host yield now and then so that an
+/// oversubscribed writer holding the lock gets to run.
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void spin_wait(unsigned& spins) noexcept {
+#if CCHT_DEVICE_CODE
+  __nanosleep(spins < 8 ? 16u : 256u);
+  ++spins;
+#else
+  if (++spins < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  } else {
+    spins = 0;
+    std::this_thread::yield();
+  }
+#endif
+}
+
+/// Locks one bucket: version even -> odd. Returns the odd value held.
+CCHT_HOST_DEVICE inline std::uint32_t lock_bucket(std::uint32_t& version) noexcept {
+  atomic_ref_t<std::uint32_t> ref(version);
+  unsigned spins = 0;
+  while (true) {
+    std::uint32_t v = ref.load(cuda::std::memory_order_relaxed);
+    if ((v & 1u) == 0 &&
+        ref.compare_exchange_weak(v, v + 1, cuda::std::memory_order_acquire,
+                                  cuda::std::memory_order_relaxed)) {
+      return v + 1;
+    }
+    spin_wait(spins);
+  }
+}
+
+}  // namespace ccht::detail

@@ -1,0 +1,290 @@
+/**
+ * @file global.hpp
+ * @brief The global capacity layer: choosing and evicting a victim anywhere in the table when an
+ *        insert would exceed the capacity (double LRU, coarse-grained LRU, and the random victim
+ *        of Random-CHT).
+ *
+ * Design: sampled tails (as Redis approximates LRU). An eviction reads `samples` buckets chosen
+ * by hashing the operation's tick, ranks each (entry_lru: its oldest entry; bucket_lru: its
+ * newest entry, i.e. the bucket's last use), and evicts the tail of the best-ranked bucket. The
+ * victim is thus the oldest of about samples x B entries (entry_lru): never younger than the
+ * (samples x B)-th oldest of those it saw. global_layer::random stops at the first non-empty
+ * sample and evicts a uniformly random entry of it (one bucket read when the table is not
+ * nearly empty). Cost: `samples` bucket reads and one write per
+ * eviction, O(1) and independent of the table size; no global list, no lock but the victim's.
+ *
+ * The inserting operation already holds its two candidate buckets' locks. To stay deadlock-free
+ * it only *tries* to lock a third bucket; on failure it samples again. After every attempt fails
+ * (possible only under contention) it walks the table from a sampled bucket, still with
+ * try-locks, and gives up after one lap: the live count may then exceed the capacity by the
+ * number of such concurrent failures, and the next inserts bring it back. Run serially, the
+ * capacity is never exceeded.
+ */
+#pragma once
+
+#include <ccht/core/accounting.hpp>
+#include <ccht/core/atomics.hpp>
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/config.hpp>
+#include <ccht/core/hash.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/core/types.hpp>
+
+#include <cuda/atomic>
+
+#include <cstdint>
+
+namespace ccht::detail {
+
+/// Sentinel rank of an empty bucket.
+inline constexpr score_type no_rank = ~score_type{0};
+
+/// Bucket index of sample @p i for the operation with tick @p tick (deterministic).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t sample_bucket(bucket_array_view<B> const& v,
+                                                              tick_type tick,
+                                                              std::uint32_t i) noexcept {
+  std::uint64_t const h = hash64(tick * 0x9E3779B97F4A7C15ull + i, v.seed ^ 0x5a5a5a5a5a5a5a5aull);
+  return static_cast<std::uint32_t>((std::uint64_t{static_cast<std::uint32_t>(h)} * v.num_buckets) >> 32);
+}
+
+/**
+ * @brief Global rank of a bucket (smaller is evicted first) and its victim slot, read with
+ *        relaxed loads (a hint when unlocked, exact when the caller holds the lock).
+ * @return no_rank for an empty bucket
+ */
+template <global_layer G, class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type bucket_rank(Tile const& tile, bucket<B> const& b,
+                                                         int& victim) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  score_type lo = no_rank, hi = 0;
+  int lo_slot = B;
+  for (int i = static_cast<int>(tile.thread_rank()); i < B; i += T) {
+    if (load_relaxed(b.keys[i]) == empty_key) { continue; }
+    score_type const s = load_relaxed(b.scores[i]);
+    if (s < lo || (s == lo && i < lo_slot)) {
+      lo = s;
+      lo_slot = i;
+    }
+    if (s > hi) { hi = s; }
+  }
+  for (unsigned off = T / 2; off > 0; off >>= 1) {
+    score_type const olo = tile.shfl_xor(lo, off);
+    int const oslot = tile.shfl_xor(lo_slot, off);
+    score_type const ohi = tile.shfl_xor(hi, off);
+    if (olo < lo || (olo == lo && oslot < lo_slot)) {
+      lo = olo;
+      lo_slot = oslot;
+    }
+    if (ohi > hi) { hi = ohi; }
+  }
+  victim = lo_slot;
+  if (lo_slot == B) { return no_rank; }
+  return G == global_layer::bucket_lru ? hi : lo;
+}
+
+/// One attempt to lock a bucket without waiting. @return the odd version held, or 0
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t try_lock_bucket(std::uint32_t& version) noexcept {
+  atomic_ref_t<std::uint32_t> ref(version);
+  std::uint32_t v = ref.load(cuda::std::memory_order_relaxed);
+  if ((v & 1u) != 0) { return 0; }
+  return ref.compare_exchange_strong(v, v + 1, cuda::std::memory_order_acquire,
+                                     cuda::std::memory_order_relaxed)
+             ? v + 1
+             : 0;
+}
+
+/// Number of set bits.
+CCHT_HOST_DEVICE CCHT_FORCEINLINE int popcount32(unsigned x) noexcept {
+#if CCHT_DEVICE_CODE
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
+/**
+ * @brief global_layer::random: a uniformly random non-empty slot of a bucket, drawn from
+ *        @p salt, read with relaxed loads (a hint when unlocked, exact when locked).
+ * @return 0 with the slot in @p victim, or no_rank (victim = B) for an empty bucket
+ */
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type random_rank(Tile const& tile, bucket<B> const& b,
+                                                         std::uint64_t salt, int& victim) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  constexpr int chunks = B / T;
+  unsigned masks[chunks];
+  int count = 0;
+  for (int c = 0; c < chunks; ++c) {  // ballots are uniform across the tile, so is the choice
+    masks[c] = tile.ballot(load_relaxed(b.keys[c * T + static_cast<int>(tile.thread_rank())]) !=
+                           empty_key);
+    count += popcount32(masks[c]);
+  }
+  victim = B;
+  if (count == 0) { return no_rank; }
+  int r = static_cast<int>(salt % static_cast<std::uint64_t>(count));
+  for (int c = 0; c < chunks; ++c) {
+    int const n = popcount32(masks[c]);
+    if (r < n) {
+      unsigned m = masks[c];
+      for (int i = 0; i < r; ++i) { m &= m - 1; }
+      victim = c * T + lowest_lane(m);
+      return 0;
+    }
+    r -= n;
+  }
+  return no_rank;  // unreachable
+}
+
+/// Rank (smaller is evicted first) and victim slot of bucket @p b under layer @p G; @p salt
+/// draws the slot for global_layer::random.
+template <global_layer G, class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type layer_rank(Tile const& tile, bucket<B> const& b,
+                                                        std::uint64_t salt, int& victim) noexcept {
+  if constexpr (G == global_layer::random) {
+    return random_rank(tile, b, salt, victim);
+  } else {
+    (void)salt;
+    return bucket_rank<G>(tile, b, victim);
+  }
+}
+
+/// Counts reading one candidate bucket of a global eviction (random needs no scores).
+template <global_layer G, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void count_rank(access_counts* acc) noexcept {
+  count_probe<B>(acc);
+  if constexpr (G != global_layer::random) { count_scores<B>(acc); }
+}
+
+/// A global victim whose bucket the caller now holds.
+struct global_victim {
+  std::uint32_t bucket = 0;  ///< bucket index
+  int slot = -1;             ///< slot of the victim (a non-empty slot)
+  std::uint32_t held = 0;    ///< odd version taken by the try-lock; 0 when it is an own bucket
+};
+
+/**
+ * @brief Chooses the victim of global layer @p G and locks its bucket (try-lock, unless it is
+ *        @p own_a or @p own_b, whose locks the caller's tile already holds), without evicting.
+ *
+ * The caller then evicts it (or, for a kick-out insert whose chain failed, releases it intact)
+ * and releases the bucket with release_victim(). entry_lru / bucket_lru rank @p samples buckets
+ * per round and take the best; random takes the first non-empty sample of a round and a
+ * uniformly random entry in it.
+ * @return true with @p out set; false when every attempt failed (see the file comment)
+ */
+template <global_layer G, class Tile, int B>
+CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> const& v,
+                                         tick_type tick, std::uint32_t own_a, std::uint32_t own_b,
+                                         global_victim& out, access_counts* acc) noexcept {
+  static_assert(G != global_layer::none, "no global layer");
+  constexpr int attempts = 4;
+  std::uint32_t const k = v.samples == 0 ? 1 : v.samples;
+  // Sampled rounds, then one lap of the table from a sampled bucket.
+  std::uint64_t const lap_start = attempts * std::uint64_t{k};
+  std::uint64_t const last = lap_start + v.num_buckets;
+  std::uint64_t draw = 0;
+  while (draw < last) {
+    std::uint32_t best = 0;
+    score_type best_rank = no_rank;
+    std::uint64_t best_salt = 0;
+    if (draw < lap_start) {  // a round of k samples
+      for (std::uint32_t s = 0; s < k; ++s) {
+        std::uint32_t const bi = sample_bucket(v, tick, static_cast<std::uint32_t>(draw));
+        std::uint64_t const salt = hash64(tick * 0x9E3779B97F4A7C15ull + draw, v.seed ^ 0x3c3c3c3c3c3c3c3cull);
+        ++draw;
+        int slot;
+        score_type const r = layer_rank<G>(tile, v.buckets[bi], salt, slot);
+        count_rank<G, B>(acc);
+        if (r < best_rank) {
+          best_rank = r;
+          best = bi;
+          best_salt = salt;
+          if constexpr (G == global_layer::random) { break; }  // any non-empty bucket will do
+        }
+      }
+    } else {  // the lap: the next bucket in order
+      std::uint32_t const start = sample_bucket(v, tick, static_cast<std::uint32_t>(lap_start));
+      best = static_cast<std::uint32_t>((start + (draw - lap_start)) % v.num_buckets);
+      best_salt = hash64(tick * 0x9E3779B97F4A7C15ull + draw, v.seed ^ 0x3c3c3c3c3c3c3c3cull);
+      ++draw;
+      int slot;
+      best_rank = layer_rank<G>(tile, v.buckets[best], best_salt, slot);
+      count_rank<G, B>(acc);
+    }
+    if (best_rank == no_rank) { continue; }
+
+    bool const own = best == own_a || best == own_b;
+    std::uint32_t held = 0;
+    if (!own) {
+      if (tile.thread_rank() == 0) {
+        held = try_lock_bucket(v.versions[best]);
+        if (held) { fence_release(); }
+      }
+      held = tile.shfl(held, 0);
+      if (held == 0) { continue; }
+      fence_acquire();
+    }
+    int slot;
+    // exact now: we hold the lock
+    if (layer_rank<G>(tile, v.buckets[best], best_salt, slot) != no_rank) {
+      out.bucket = best;
+      out.slot = slot;
+      out.held = held;
+      return true;
+    }
+    if (!own && tile.thread_rank() == 0) { store_release(v.versions[best], held + 1); }
+  }
+  return false;
+}
+
+/// Releases the victim's bucket taken by lock_global_victim() (nothing for an own bucket).
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void release_victim(Tile const& tile,
+                                                      bucket_array_view<B> const& v,
+                                                      global_victim const& gv) noexcept {
+  if (gv.held != 0 && tile.thread_rank() == 0) {
+    store_release(v.versions[gv.bucket], gv.held + 1);
+  }
+}
+
+/// Frees the victim's slot (its bucket held); its pair goes to @p ek / @p ev on every lane.
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_array_view<B> const& v,
+                                                   global_victim const& gv, key_type& ek,
+                                                   value_type& ev, access_counts* acc) noexcept {
+  bucket<B>& b = v.buckets[gv.bucket];
+  if (tile.thread_rank() == 0) {
+    ek = load_relaxed(b.keys[gv.slot]);
+    ev = load_relaxed(b.values[gv.slot]);
+    store_relaxed(b.keys[gv.slot], empty_key);
+  }
+  count_slot_write(acc);
+  ek = tile.shfl(ek, 0);
+  ev = tile.shfl(ev, 0);
+}
+
+/**
+ * @brief Evicts one entry chosen by the global layer @p G. The caller's tile holds the locks of
+ *        buckets @p own_a and @p own_b (which may also hold the victim).
+ * @return true when an entry was evicted (written to @p ek / @p ev, on every lane)
+ */
+template <global_layer G, class Tile, int B>
+CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const& v, tick_type tick,
+                                   std::uint32_t own_a, std::uint32_t own_b, key_type& ek,
+                                   value_type& ev, access_counts* acc) noexcept {
+  global_victim gv;
+  if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
+  take_victim(tile, v, gv, ek, ev, acc);
+  release_victim(tile, v, gv);
+  return true;
+}
+
+/// Adds @p delta to the live-entry count (lane 0 only); returns the count before.
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t add_live(std::uint64_t* live,
+                                                         std::int64_t delta) noexcept {
+  return atomic_ref_t<std::uint64_t>(*live).fetch_add(static_cast<std::uint64_t>(delta),
+                                                      cuda::std::memory_order_relaxed);
+}
+
+}  // namespace ccht::detail
