@@ -23,25 +23,6 @@
 namespace ccht::cli {
 namespace {
 
-nlohmann::json to_json(sim::replay_result const& r) {
-  return {{"trace", r.trace},           {"policy", r.policy},
-          {"capacity", r.capacity},     {"slots", r.slots},
-          {"requests", r.requests},     {"updates", r.updates},
-          {"hits", r.hits},             {"misses", r.misses()},
-          {"miss_ratio", r.miss_ratio()}, {"evictions", r.evictions},
-          {"seconds", r.seconds},       {"throughput", r.throughput()},
-          {"backend", r.backend},       {"batch", r.batch},
-          {"buckets_per_insert", r.buckets_per_insert()},
-          {"buckets_per_lookup", r.buckets_per_lookup()},
-          {"buckets_per_op", r.buckets_per_op()}};
-}
-
-/// One JSON line. Trace names come from file names, which need not be UTF-8: invalid bytes are
-/// replaced (U+FFFD) instead of making dump() throw after the replay has run.
-std::string json_line(sim::replay_result const& r) {
-  return to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 std::vector<std::string> row_cells(sim::replay_result const& r) {
   return {r.trace,
           r.policy,
@@ -101,6 +82,25 @@ std::vector<std::size_t> default_capacities(std::size_t distinct) {
 }
 
 }  // namespace
+
+nlohmann::json to_json(sim::replay_result const& r) {
+  return {{"trace", r.trace},           {"policy", r.policy},
+          {"capacity", r.capacity},     {"slots", r.slots},
+          {"requests", r.requests},     {"updates", r.updates},
+          {"hits", r.hits},             {"misses", r.misses()},
+          {"miss_ratio", r.miss_ratio()}, {"evictions", r.evictions},
+          {"seconds", r.seconds},       {"throughput", r.throughput()},
+          {"backend", r.backend},       {"batch", r.batch},
+          {"buckets_per_insert", r.buckets_per_insert()},
+          {"buckets_per_lookup", r.buckets_per_lookup()},
+          {"buckets_per_op", r.buckets_per_op()}};
+}
+
+/// One JSON line. Trace names come from file names, which need not be UTF-8: invalid bytes are
+/// replaced (U+FFFD) instead of making dump() throw after the replay has run.
+std::string json_line(sim::replay_result const& r) {
+  return to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 int run_rows(std::vector<sim::request> const& requests, std::string const& name,
              run_options const& opt) {

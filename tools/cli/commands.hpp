@@ -6,6 +6,8 @@
 #include "../sim/traces.hpp"
 #include "../sim/workloads.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -19,6 +21,11 @@ struct run_options {
   sim::replay_options replay;          ///< batch, backend, slots ratio
   bool json = false;                   ///< JSON Lines on stdout instead of Markdown
 };
+
+/// A result row as a JSON object (the fields of `--json`).
+nlohmann::json to_json(sim::replay_result const& r);
+/// One JSON line; invalid UTF-8 in names is replaced instead of throwing.
+std::string json_line(sim::replay_result const& r);
 
 /// Replays @p requests (named @p name) over every policy and capacity, printing one row each.
 int run_rows(std::vector<sim::request> const& requests, std::string const& name,
@@ -68,5 +75,21 @@ struct compare_options {
 
 /// `ccht compare`.
 int cmd_compare(compare_options opt);
+
+/// Options of `ccht paper`.
+struct paper_options {
+  std::size_t capacity = 16384;      ///< entries the cache holds
+  std::uint64_t keys = 200000;       ///< key space of the YCSB workloads
+  std::uint64_t requests = 400000;   ///< requests per workload
+  std::vector<double> ratios{0.7, 0.8, 0.9};  ///< cache/table ratios of the tables
+  bool sweep = true;                 ///< also sweep ratios 0.1-0.9 (zipfian, 50% queries) for the plot
+  std::string out_dir;               ///< results folder (default results/paper-<time>)
+  sim::replay_options replay;        ///< batch, backend, samples
+  bool plot = true;                  ///< draw PNG plots
+};
+
+/// `ccht paper`: the paper's evaluation (YCSB zipfian/uniform/latest, 50% and 95% queries,
+/// cache/table ratios) for double LRU, coarse LRU, the kick-out baselines and exact LRU.
+int cmd_paper(paper_options opt);
 
 }  // namespace ccht::cli

@@ -131,6 +131,22 @@ int main(int argc, char** argv) {
   compare->add_option("--out", c.out_dir, "Results folder (default results/compare-<time>)");
   compare->add_flag("!--no-plot", c.plot, "Do not draw PNG plots");
 
+  // paper
+  auto* paper = app.add_subcommand("paper", "Reproduce the paper's evaluation: double LRU, coarse "
+                                            "LRU, kick-out baselines and exact LRU on YCSB mixes");
+  cli::paper_options po;
+  paper->add_option("--capacity", po.capacity, "Entries the cache holds")->capture_default_str();
+  paper->add_option("--keys", po.keys, "YCSB key space")->capture_default_str();
+  paper->add_option("--requests", po.requests, "Requests per workload")->capture_default_str();
+  paper->add_option("--ratio", po.ratios, "Cache/table ratios")->delimiter(',')->capture_default_str();
+  paper->add_option("--batch", po.replay.batch, "Requests per table call")->capture_default_str();
+  paper->add_option("--backend", po.replay.backend, "cpu or cuda")->capture_default_str();
+  paper->add_option("--global-samples", po.replay.global_samples, "Buckets sampled per global eviction")
+      ->capture_default_str();
+  paper->add_option("--out", po.out_dir, "Results folder (default results/paper-<time>)");
+  paper->add_flag("!--no-sweep", po.sweep, "Skip the 0.1-0.9 ratio sweep");
+  paper->add_flag("!--no-plot", po.plot, "Do not draw PNG plots");
+
   try {
     app.parse(argc, argv);
   } catch (CLI::CallForHelp const& e) {
@@ -156,6 +172,7 @@ int main(int argc, char** argv) {
       return cli::cmd_workload(w, work_opt);
     }
     if (*bench) { return cli::cmd_bench(b); }
+    if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {
       c.format = sim::parse_trace_format(compare_format);
       c.policies = split(compare_policies);
