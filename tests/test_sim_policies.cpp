@@ -845,7 +845,8 @@ TEST(Replay, RejectsBadArguments) {
   }
   auto const& known = sim::known_policies();
   EXPECT_EQ(known, (std::vector<std::string>{"lru", "fifo", "lfu", "ccht-lru", "ccht-fifo",
-                                             "ccht-lfu", "ccht-double-lru", "ccht-coarse-lru"}));
+                                             "ccht-lfu", "ccht-double-lru", "ccht-coarse-lru",
+                                             "cht-lru", "cht-random"}));
   for (auto const& p : known) { EXPECT_NO_THROW(sim::replay(reqs, p, 64, {})) << p; }
 }
 

@@ -229,6 +229,7 @@ void add_counts(access_counts* total, access_counts const& c) {
   std::atomic_ref<std::uint64_t>(total->bucket_writes).fetch_add(c.bucket_writes, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(total->bytes_read).fetch_add(c.bytes_read, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(total->bytes_written).fetch_add(c.bytes_written, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(total->kicks).fetch_add(c.kicks, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -518,6 +519,8 @@ CCHT_INSTANTIATE_CPU(fifo)
 CCHT_INSTANTIATE_CPU(lfu)
 CCHT_INSTANTIATE_CPU(double_lru)
 CCHT_INSTANTIATE_CPU(coarse_lru)
+CCHT_INSTANTIATE_CPU(lru_cht)
+CCHT_INSTANTIATE_CPU(random_cht)
 #undef CCHT_INSTANTIATE_CPU
 
 }  // namespace ccht::detail

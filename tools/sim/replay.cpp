@@ -136,6 +136,8 @@ replay_result run_table_policy(std::span<request const> reqs, std::string const&
   if (inner == "fifo") { return run_table<Backend, fifo>(reqs, capacity, opt); }
   if (inner == "double-lru") { return run_table<Backend, double_lru>(reqs, capacity, opt); }
   if (inner == "coarse-lru") { return run_table<Backend, coarse_lru>(reqs, capacity, opt); }
+  if (inner == "cht-lru") { return run_table<Backend, lru_cht>(reqs, capacity, opt); }
+  if (inner == "cht-random") { return run_table<Backend, random_cht>(reqs, capacity, opt); }
   return run_table<Backend, lfu>(reqs, capacity, opt);
 }
 
@@ -144,7 +146,8 @@ replay_result run_table_policy(std::span<request const> reqs, std::string const&
 std::vector<std::string> const& known_policies() {
   static std::vector<std::string> const names{"lru",       "fifo",      "lfu",
                                               "ccht-lru",  "ccht-fifo", "ccht-lfu",
-                                              "ccht-double-lru", "ccht-coarse-lru"};
+                                              "ccht-double-lru", "ccht-coarse-lru",
+                                              "cht-lru",   "cht-random"};
   return names;
 }
 
@@ -187,10 +190,10 @@ replay_result replay(std::span<request const> requests, std::string const& polic
     r = run_exact<exact_fifo>(requests, capacity);
   } else if (policy == "lfu") {
     r = run_exact<exact_lfu>(requests, capacity);
-  } else if (policy.rfind("ccht-", 0) == 0 &&
-             std::find(known_policies().begin(), known_policies().end(), policy) !=
-                 known_policies().end()) {
-    std::string const inner = policy.substr(5);
+  } else if (std::find(known_policies().begin(), known_policies().end(), policy) !=
+             known_policies().end()) {
+    // Table policies: "ccht-<in-bucket>" or the kick-out baselines "cht-<victim>".
+    std::string const inner = policy.rfind("ccht-", 0) == 0 ? policy.substr(5) : policy;
     if (options.backend == "cpu") {
       r = run_table_policy<cpu_backend>(requests, inner, capacity, options);
     } else if (options.backend == "cuda") {

@@ -8,17 +8,18 @@
  * by hashing the operation's tick, ranks each (entry_lru: its oldest entry; bucket_lru: its
  * newest entry, i.e. the bucket's last use), and evicts the tail of the best-ranked bucket. The
  * victim is thus the oldest of about samples x B entries (entry_lru): never younger than the
- * (samples x B)-th oldest of those it saw. global_layer::random stops at the first non-empty
- * sample and evicts a uniformly random entry of it (one bucket read when the table is not
- * nearly empty). Cost: `samples` bucket reads and one write per
+ * (samples x B)-th oldest of those it saw. Cost: `samples` bucket reads and one write per
  * eviction, O(1) and independent of the table size; no global list, no lock but the victim's.
+ * global_layer::random (Random-CHT) stops at the first non-empty sample and evicts a uniformly
+ * random entry of it: one bucket read unless the table is nearly empty.
  *
  * The inserting operation already holds its two candidate buckets' locks. To stay deadlock-free
  * it only *tries* to lock a third bucket; on failure it samples again. After every attempt fails
  * (possible only under contention) it walks the table from a sampled bucket, still with
  * try-locks, and gives up after one lap: the live count may then exceed the capacity by the
- * number of such concurrent failures, and the next inserts bring it back. Run serially, the
- * capacity is never exceeded.
+ * number of such concurrent failures. Each later insert at or above the capacity evicts exactly
+ * one entry, so the overshoot stays until erases lower the count. Run serially, the capacity is
+ * never exceeded.
  */
 #pragma once
 
@@ -28,6 +29,7 @@
 #include <ccht/core/config.hpp>
 #include <ccht/core/hash.hpp>
 #include <ccht/core/policy.hpp>
+#include <ccht/core/tile.hpp>
 #include <ccht/core/types.hpp>
 
 #include <cuda/atomic>
@@ -94,13 +96,12 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t try_lock_bucket(std::uint32_t& v
              : 0;
 }
 
-/// Number of set bits.
-CCHT_HOST_DEVICE CCHT_FORCEINLINE int popcount32(unsigned x) noexcept {
-#if CCHT_DEVICE_CODE
-  return __popc(x);
-#else
-  return __builtin_popcount(x);
-#endif
+/// Random draw of the victim slot for sample @p draw (global_layer::random; deterministic).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t victim_salt(bucket_array_view<B> const& v,
+                                                            tick_type tick,
+                                                            std::uint64_t draw) noexcept {
+  return hash64(tick * 0x9E3779B97F4A7C15ull + draw, v.seed ^ 0x3c3c3c3c3c3c3c3cull);
 }
 
 /**
@@ -118,13 +119,13 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type random_rank(Tile const& tile, bucke
   for (int c = 0; c < chunks; ++c) {  // ballots are uniform across the tile, so is the choice
     masks[c] = tile.ballot(load_relaxed(b.keys[c * T + static_cast<int>(tile.thread_rank())]) !=
                            empty_key);
-    count += popcount32(masks[c]);
+    count += popcount(masks[c]);
   }
   victim = B;
   if (count == 0) { return no_rank; }
   int r = static_cast<int>(salt % static_cast<std::uint64_t>(count));
   for (int c = 0; c < chunks; ++c) {
-    int const n = popcount32(masks[c]);
+    int const n = popcount(masks[c]);
     if (r < n) {
       unsigned m = masks[c];
       for (int i = 0; i < r; ++i) { m &= m - 1; }
@@ -191,7 +192,7 @@ CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> 
     if (draw < lap_start) {  // a round of k samples
       for (std::uint32_t s = 0; s < k; ++s) {
         std::uint32_t const bi = sample_bucket(v, tick, static_cast<std::uint32_t>(draw));
-        std::uint64_t const salt = hash64(tick * 0x9E3779B97F4A7C15ull + draw, v.seed ^ 0x3c3c3c3c3c3c3c3cull);
+        std::uint64_t const salt = victim_salt(v, tick, draw);
         ++draw;
         int slot;
         score_type const r = layer_rank<G>(tile, v.buckets[bi], salt, slot);
@@ -206,7 +207,7 @@ CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> 
     } else {  // the lap: the next bucket in order
       std::uint32_t const start = sample_bucket(v, tick, static_cast<std::uint32_t>(lap_start));
       best = static_cast<std::uint32_t>((start + (draw - lap_start)) % v.num_buckets);
-      best_salt = hash64(tick * 0x9E3779B97F4A7C15ull + draw, v.seed ^ 0x3c3c3c3c3c3c3c3cull);
+      best_salt = victim_salt(v, tick, draw);
       ++draw;
       int slot;
       best_rank = layer_rank<G>(tile, v.buckets[best], best_salt, slot);

@@ -66,8 +66,8 @@ inline constexpr std::uint32_t no_bucket = ~std::uint32_t{0};
 template <int B>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE int kick_slot(std::uint64_t seed, tick_type tick,
                                                 std::uint32_t step, int keep) noexcept {
-  int s = static_cast<int>(hash64(tick * 0xD6E8FEB86659FD93ull + step, seed ^ 0xa5a5a5a5a5a5a5a5ull) &
-                           static_cast<std::uint64_t>(B - 1));
+  std::uint64_t const h = hash64(tick * 0xD6E8FEB86659FD93ull + step, seed ^ 0xa5a5a5a5a5a5a5a5ull);
+  int s = static_cast<int>(h & static_cast<std::uint64_t>(B - 1));
   if (B > 1 && s == keep) { s = (s + 1) & (B - 1); }
   return s;
 }

@@ -1,7 +1,8 @@
 /**
  * @file policy.hpp
- * @brief In-bucket replacement policies as types: lru (the CCHT default), fifo and lfu, the global
- *        layers double_lru and coarse_lru, and the paper's kick-out baselines lru_cht and random_cht.
+ * @brief In-bucket replacement policies as types: lru (the CCHT default), fifo and lfu; with a
+ *        global layer double_lru and coarse_lru; the paper's kick-out baselines lru_cht and
+ *        random_cht.
  *
  * A policy only maps events to a per-slot score. The victim of a full bucket is always the slot
  * with the smallest score, and of two full candidate buckets the one whose smallest score is

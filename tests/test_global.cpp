@@ -1,0 +1,1241 @@
+// The global capacity layer (ccht::double_lru, ccht::coarse_lru) and memory-access accounting.
+//
+// 1. GlobalModel: bucket_ops over a caller-owned bucket array, checked op by op (statuses,
+//    evicted pairs, every slot's key/value/score, version words, the live count) against an
+//    independent model. Only ccht::candidates and detail::sample_bucket are shared: they are the
+//    spec of where a key may live and which buckets an eviction samples.
+// 2. GlobalQuality: over many global evictions on a 256-bucket table, how old the victim is
+//    among all live entries (rank by score), for 8 and 32 samples.
+// 3. GlobalTable: ccht::table with options.capacity (serial batches, erase, clear, bad options).
+// 4. Concurrency.Global*: std::thread stress on a capacity-limited table (runs under TSan).
+// 5. GlobalAccounting: access_counts, hand-derived from accounting.hpp's rules.
+#include "reference_model.hpp"  // also declares ccht_test::key_type etc., which test_support.hpp uses
+#include "test_support.hpp"
+
+#include <ccht/core/bucket.hpp>
+#include <ccht/core/bucket_ops.hpp>
+#include <ccht/core/global.hpp>
+#include <ccht/core/hash.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/core/tile.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <latch>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using namespace ccht_test;
+using ccht::global_layer;
+using ccht::op_code;
+using ccht::op_status;
+using ccht::key_type;
+using ccht::tick_type;
+using ccht::value_type;
+using cpu = ccht::cpu_backend;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr int work_scale = 4;  // TSan is ~10x slower; keep the suite within seconds
+#else
+constexpr int work_scale = 1;
+#endif
+
+struct policy_names {
+  template <class T>
+  static std::string GetName(int) {
+    // ctest runs each test through --gtest_filter, where '-' starts the negative patterns:
+    // a hyphen in a test name would make its filter match nothing and pass vacuously.
+    std::string n = T::name;
+    for (char& c : n) { c = c == '-' ? '_' : c; }
+    return n;
+  }
+};
+using GlobalPolicies = ::testing::Types<ccht::double_lru, ccht::coarse_lru>;
+
+// =============================================================================================
+// 1. Exact model of the global layer (serial execution, unique increasing ticks)
+// =============================================================================================
+
+/// Caller-owned storage with a live count, a capacity and a sample count.
+template <int Bs>
+struct global_core {
+  std::vector<ccht::bucket<Bs>> buckets;
+  std::vector<std::uint32_t> versions;
+  std::uint64_t live = 0;
+  ccht::bucket_array_view<Bs> view;
+
+  global_core(std::uint32_t nb, std::uint64_t seed, std::uint64_t capacity, std::uint32_t samples)
+      : buckets(nb), versions(nb, 0) {
+    for (auto& b : buckets) {
+      for (int s = 0; s < Bs; ++s) {
+        b.keys[s] = ccht::empty_key;
+        b.values[s] = 0xabababababababab;  // garbage in free slots must not matter
+        b.scores[s] = 0;                   // nor may free slots' (smallest possible) scores
+      }
+    }
+    view.buckets = buckets.data();
+    view.versions = versions.data();
+    view.num_buckets = nb;
+    view.seed = seed;
+    view.live = &live;
+    view.capacity = capacity;
+    view.samples = samples;
+  }
+};
+
+/**
+ * Model of in-bucket LRU plus global layer @p G:
+ * - upsert of a present key (first candidate, then second): new value, score = max(score, tick).
+ * - a new key takes the lowest free slot of the candidate bucket with more free slots (the first
+ *   on a tie); with both full it replaces the min-score slot of the bucket whose min is smaller
+ *   (the first on a tie), and the live count is unchanged.
+ * - a new key placed in a free slot while live >= capacity first evicts the global victim: the
+ *   round's samples are buckets sample_bucket(view, tick, i), i = 0..samples-1; each non-empty one
+ *   is ranked (entry_lru: its min score; bucket_lru: its max score), the smallest rank wins (the
+ *   earliest sample on a tie) and its min-score slot (lowest slot on a tie) is evicted.
+ *   When every sampled bucket is empty the implementation samples again / walks the table; the
+ *   model does not predict that victim, it checks bounds on the one reported (see insert()).
+ * - find promotes like a hit; erase frees the slot and lowers the live count.
+ */
+template <global_layer G, int Bs>
+class global_model {
+ public:
+  struct slot {
+    key_type key = ccht::empty_key;
+    value_type value = 0;
+    std::uint64_t score = 0;
+  };
+  using bucket_state = std::array<slot, Bs>;
+
+  struct outcome {
+    op_status status = op_status::miss;
+    key_type evicted_key = ccht::empty_key;
+    value_type evicted_value = 0;
+    bool global = false;          ///< the victim came from the global layer
+    bool predicted = true;        ///< false: the first round saw only empty buckets
+    std::uint32_t victim_bucket = ~0u;
+    std::string bound_error;      ///< non-empty when an unpredicted victim breaks a bound
+  };
+
+  global_model(ccht::bucket_array_view<Bs> const& spec_view, std::uint64_t capacity)
+      : spec_(spec_view), capacity_(capacity), buckets_(spec_view.num_buckets) {}
+
+  std::uint64_t count() const { return count_; }
+  bucket_state const& bucket(std::uint32_t b) const { return buckets_[b]; }
+
+  std::optional<value_type> find(key_type k, ccht::tick_type tick) {
+    slot* s = locate(k);
+    if (s == nullptr) { return std::nullopt; }
+    s->score = std::max(s->score, tick);
+    return s->value;
+  }
+  bool contains(key_type k) { return locate(k) != nullptr; }
+  bool erase(key_type k) {
+    slot* s = locate(k);
+    if (s == nullptr) { return false; }
+    s->key = ccht::empty_key;
+    --count_;
+    return true;
+  }
+
+  /// @p reported_key is the implementation's evicted key, used only where the model does not
+  /// predict the victim (then it is checked against bounds and applied).
+  outcome insert(key_type k, value_type v, ccht::tick_type tick, key_type reported_key) {
+    outcome o;
+    if (slot* s = locate(k)) {
+      s->value = v;
+      s->score = std::max(s->score, tick);
+      o.status = op_status::assigned;
+      return o;
+    }
+    auto const cb = ccht::candidates(k, spec_.seed, spec_.num_buckets);
+    bucket_state& b1 = buckets_[cb.first];
+    bucket_state& b2 = buckets_[cb.second];
+    int const f1 = free_slots(b1), f2 = free_slots(b2);
+    slot* target = nullptr;
+    if (f1 > 0 && f1 >= f2) {
+      target = lowest_free(b1);
+    } else if (f2 > 0) {
+      target = lowest_free(b2);
+    } else {  // both full: in-bucket LRU
+      slot& v1 = min_slot(b1);
+      slot& v2 = min_slot(b2);
+      slot& victim = v2.score < v1.score ? v2 : v1;
+      o.status = op_status::inserted_evicted;
+      o.evicted_key = victim.key;
+      o.evicted_value = victim.value;
+      victim = {k, v, tick};
+      return o;
+    }
+    o.status = op_status::inserted;
+    if (count_ >= capacity_) {
+      o.status = op_status::inserted_evicted;
+      o.global = true;
+      // The first round of samples.
+      std::uint32_t best = 0;
+      std::uint64_t best_rank = ~std::uint64_t{0};
+      bool any = false;
+      std::vector<std::uint32_t> sampled;
+      for (std::uint32_t i = 0; i < std::max<std::uint32_t>(spec_.samples, 1); ++i) {
+        std::uint32_t const bi = ccht::detail::sample_bucket(spec_, tick, i);
+        sampled.push_back(bi);
+        bool nonempty = false;
+        std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
+        for (slot const& s : buckets_[bi]) {
+          if (s.key == ccht::empty_key) { continue; }
+          nonempty = true;
+          lo = std::min(lo, s.score);
+          hi = std::max(hi, s.score);
+        }
+        if (!nonempty) { continue; }
+        std::uint64_t const rank = G == global_layer::bucket_lru ? hi : lo;
+        if (!any || rank < best_rank) {
+          any = true;
+          best_rank = rank;
+          best = bi;
+        }
+      }
+      slot* victim = nullptr;
+      if (any) {
+        victim = &min_slot_nonempty(buckets_[best]);
+        o.victim_bucket = best;
+      } else {
+        // Not predicted: check bounds on the reported victim instead.
+        o.predicted = false;
+        victim = locate(reported_key);
+        if (victim == nullptr || reported_key == k) {
+          o.bound_error = "reported global victim " + std::to_string(reported_key) +
+                          " is not a live entry";
+          return o;
+        }
+        std::uint32_t const vb = bucket_of(victim);
+        o.victim_bucket = vb;
+        if (victim != &min_slot_nonempty(buckets_[vb])) {
+          o.bound_error = "reported global victim " + std::to_string(reported_key) +
+                          " is not the oldest entry of its bucket " + std::to_string(vb);
+        }
+        if (std::find(sampled.begin(), sampled.end(), vb) != sampled.end()) {
+          o.bound_error = "victim bucket was sampled in the first round but seen empty";
+        }
+      }
+      o.evicted_key = victim->key;
+      o.evicted_value = victim->value;
+      victim->key = ccht::empty_key;
+    } else {
+      ++count_;
+    }
+    *target = {k, v, tick};
+    return o;
+  }
+
+ private:
+  slot* locate(key_type k) {
+    auto const cb = ccht::candidates(k, spec_.seed, spec_.num_buckets);
+    for (std::uint32_t bi : {cb.first, cb.second}) {
+      for (slot& s : buckets_[bi]) {
+        if (s.key == k) { return &s; }
+      }
+    }
+    return nullptr;
+  }
+  std::uint32_t bucket_of(slot const* s) const {
+    for (std::uint32_t b = 0; b < buckets_.size(); ++b) {
+      if (s >= buckets_[b].data() && s < buckets_[b].data() + Bs) { return b; }
+    }
+    return ~0u;
+  }
+  static int free_slots(bucket_state const& b) {
+    int n = 0;
+    for (slot const& s : b) { n += s.key == ccht::empty_key; }
+    return n;
+  }
+  static slot* lowest_free(bucket_state& b) {
+    for (slot& s : b) {
+      if (s.key == ccht::empty_key) { return &s; }
+    }
+    return nullptr;
+  }
+  static slot& min_slot(bucket_state& b) {  // full bucket
+    slot* m = &b[0];
+    for (slot& s : b) {
+      if (s.score < m->score) { m = &s; }  // strict: the lowest slot wins ties
+    }
+    return *m;
+  }
+  static slot& min_slot_nonempty(bucket_state& b) {
+    slot* m = nullptr;
+    for (slot& s : b) {
+      if (s.key != ccht::empty_key && (m == nullptr || s.score < m->score)) { m = &s; }
+    }
+    return *m;
+  }
+
+  ccht::bucket_array_view<Bs> spec_;  // only for candidates() / sample_bucket()
+  std::uint64_t capacity_;
+  std::uint64_t count_ = 0;
+  std::vector<bucket_state> buckets_;
+};
+
+template <class Policy>
+constexpr global_layer layer_of = Policy::global;
+
+struct model_stats {
+  std::size_t global_evictions = 0, bucket_evictions = 0, unpredicted = 0, finds_hit = 0;
+};
+
+template <class Policy, int Bs>
+model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint32_t samples,
+                             std::uint32_t universe, int steps, std::uint64_t seed,
+                             unsigned rng_seed) {
+  using ops = ccht::bucket_ops<Policy, Bs>;
+  global_core<Bs> t(nb, seed, capacity, samples);
+  global_model<layer_of<Policy>, Bs> m(t.view, capacity);
+  std::mt19937_64 rng(rng_seed);
+  ccht::scalar_tile const tile{};
+  model_stats st;
+  for (int step = 0; step < steps; ++step) {
+    key_type const k = (rng() % universe) * 7919 + 3;
+    unsigned const kind = rng() % 20;
+    tick_type const tick = 1 + tick_type(step);
+    auto const versions_before = t.versions;
+    auto const cb = ccht::candidates(k, seed, nb);
+    bool writes = false;
+    std::uint32_t extra_locked = ~0u;  // a global victim's bucket outside the own two
+    if (kind < 7) {
+      value_type v = 0xfeed;
+      bool const hit = ops::find(tile, t.view, k, tick, v);
+      auto const mv = m.find(k, tick);
+      EXPECT_EQ(hit, mv.has_value()) << "find " << k << " step " << step;
+      if (hit && mv) {
+        EXPECT_EQ(v, *mv) << "find " << k << " step " << step;
+        ++st.finds_hit;
+      }
+    } else if (kind < 16) {
+      value_type const val = rng() >> 1;
+      key_type ek = 0;
+      value_type ev = 0;
+      op_status const s = ops::insert_or_assign(tile, t.view, k, val, tick, ek, ev);
+      auto const o = m.insert(k, val, tick, s == op_status::inserted_evicted ? ek : ccht::empty_key);
+      EXPECT_EQ(s, o.status) << "upsert " << k << " step " << step;
+      EXPECT_EQ(o.bound_error, "") << "upsert " << k << " step " << step;
+      if (s == op_status::inserted_evicted && o.status == s) {
+        EXPECT_EQ(ek, o.evicted_key) << "evicted key, upsert " << k << " step " << step
+                                     << (o.global ? " (global" : " (in-bucket")
+                                     << (o.predicted ? ")" : ", unpredicted)");
+        EXPECT_EQ(ev, o.evicted_value) << "evicted value, step " << step;
+      }
+      if (o.global) {
+        ++st.global_evictions;
+        st.unpredicted += !o.predicted;
+        if (o.victim_bucket != cb.first && o.victim_bucket != cb.second) {
+          extra_locked = o.victim_bucket;
+        }
+      } else if (o.status == op_status::inserted_evicted) {
+        ++st.bucket_evictions;
+      }
+      writes = true;
+    } else if (kind < 18) {
+      EXPECT_EQ(ops::erase(tile, t.view, k), m.erase(k)) << "erase " << k << " step " << step;
+      writes = true;
+    } else {
+      EXPECT_EQ(ops::contains(tile, t.view, k), m.contains(k)) << "contains " << k;
+    }
+    if (::testing::Test::HasFailure()) { return st; }
+
+    // Writers lock and release their two buckets (+2 each) and a global victim's (+2).
+    for (std::uint32_t b = 0; b < nb; ++b) {
+      bool const mine = writes && (b == cb.first || b == cb.second || b == extra_locked);
+      EXPECT_EQ(t.versions[b], versions_before[b] + (mine ? 2u : 0u))
+          << "bucket " << b << " step " << step;
+    }
+    EXPECT_EQ(t.live, m.count()) << "live count, step " << step;
+    for (std::uint32_t b = 0; b < nb; ++b) {
+      for (int s = 0; s < Bs; ++s) {
+        auto const& ms = m.bucket(b)[s];
+        EXPECT_EQ(t.buckets[b].keys[s], ms.key) << "step " << step << " bucket " << b << " slot " << s;
+        if (ms.key == ccht::empty_key || t.buckets[b].keys[s] != ms.key) { continue; }
+        EXPECT_EQ(t.buckets[b].values[s], ms.value) << "step " << step << " bucket " << b << " slot " << s;
+        EXPECT_EQ(t.buckets[b].scores[s], ms.score) << "step " << step << " bucket " << b << " slot " << s;
+      }
+    }
+    EXPECT_LE(t.live, capacity) << "step " << step;
+    if (::testing::Test::HasFailure()) { return st; }
+  }
+  return st;
+}
+
+template <class Policy>
+class GlobalModel : public ::testing::Test {};
+TYPED_TEST_SUITE(GlobalModel, GlobalPolicies, policy_names);
+
+TYPED_TEST(GlobalModel, BucketSize4EightBucketsTwoSamples) {
+  auto const st = run_global_model<TypeParam, 4>(8, 20, 2, 60, 30000, ccht::default_seed, 41);
+  EXPECT_GT(st.global_evictions, 3000u);
+  EXPECT_GT(st.finds_hit, 2000u);
+}
+TYPED_TEST(GlobalModel, BucketSize4OneSampleSparse) {
+  // capacity 12 of 64 slots, one sample: the first round often sees an empty bucket, so the
+  // unpredicted corner (later rounds / the lap) is exercised and bound-checked.
+  auto const st = run_global_model<TypeParam, 4>(16, 12, 1, 40, 30000, 0x5eed, 42);
+  EXPECT_GT(st.global_evictions, 3000u);
+  EXPECT_GT(st.unpredicted, 100u);
+}
+TYPED_TEST(GlobalModel, BucketSize4NearlyFullOddBuckets) {
+  // capacity 26 of 28 slots: both candidate buckets are often full (in-bucket evictions too).
+  auto const st = run_global_model<TypeParam, 4>(7, 26, 3, 50, 30000, 7, 43);
+  EXPECT_GT(st.global_evictions, 500u);
+  EXPECT_GT(st.bucket_evictions, 500u);
+}
+TYPED_TEST(GlobalModel, BucketSize4CapacityIsSlots) {
+  // capacity == slots: the layer never evicts (a free slot means live < capacity), but the
+  // placement is still balanced.
+  auto const st = run_global_model<TypeParam, 4>(4, 16, 8, 30, 20000, 11, 44);
+  EXPECT_EQ(st.global_evictions, 0u);
+  EXPECT_GT(st.bucket_evictions, 1000u);
+}
+TYPED_TEST(GlobalModel, BucketSize16) {
+  auto const st = run_global_model<TypeParam, 16>(8, 100, 3, 250, 20000 / work_scale, 0x71e5, 45);
+  EXPECT_GT(st.global_evictions, 1000u / work_scale);
+}
+TYPED_TEST(GlobalModel, BucketSize16ManySamples) {
+  // More samples than buckets: repeated samples of one bucket must not matter.
+  auto const st = run_global_model<TypeParam, 16>(4, 40, 12, 100, 20000 / work_scale, 3, 46);
+  EXPECT_GT(st.global_evictions, 1000u / work_scale);
+}
+
+/// Storage in which a new key's two candidate buckets are empty and every entry sits in a third
+/// bucket that another writer holds (its version odd), at capacity: the global layer cannot lock
+/// a victim, so the insert goes over capacity (global.hpp: "the live count may then exceed the
+/// capacity by the number of such concurrent failures").
+struct overshoot_setup {
+  static constexpr int Bs = 4;
+  global_core<Bs> t{3, 0x1234, 2, 2};
+  key_type k = 0;            // the new key; its candidates are the other two buckets
+  std::uint32_t held = 0;    // the bucket "another writer" holds
+  ccht::scalar_tile tile{};
+  using ops = ccht::bucket_ops<ccht::double_lru, Bs>;
+
+  overshoot_setup() {
+    auto const ck = ccht::candidates(k, t.view.seed, 3);
+    held = 3 - ck.first - ck.second;
+    int placed = 0;
+    for (key_type x = 1; placed < 2; ++x) {  // two residents whose candidates include `held`
+      auto const cx = ccht::candidates(x, t.view.seed, 3);
+      if (cx.first != held && cx.second != held) { continue; }
+      t.buckets[held].keys[placed] = x;
+      t.buckets[held].values[placed] = x;
+      t.buckets[held].scores[placed] = 1 + placed;
+      ++placed;
+    }
+    t.live = 2;
+  }
+  /// A new key (not yet present) whose candidates include a bucket with a free slot.
+  key_type fresh(key_type from) const {
+    for (key_type x = from;; ++x) {
+      bool present = false;
+      for (auto const& b : t.buckets) {
+        for (key_type y : b.keys) { present |= y == x; }
+      }
+      if (!present) { return x; }
+    }
+  }
+  std::uint64_t entries() const {
+    std::uint64_t n = 0;
+    for (auto const& b : t.buckets) {
+      for (key_type y : b.keys) { n += y != ccht::empty_key; }
+    }
+    return n;
+  }
+};
+
+TEST(GlobalModelCorner, FailedGlobalEvictionOvershootsByOneAndEraseHealsIt) {
+  using ops = overshoot_setup::ops;
+  overshoot_setup o;
+  o.t.versions[o.held] = 1;  // another writer holds it
+  key_type ek = 0;
+  value_type ev = 0;
+  EXPECT_EQ(ops::insert_or_assign(o.tile, o.t.view, o.k, 5, 10, ek, ev), op_status::inserted)
+      << "no victim could be locked: the insert proceeds without evicting";
+  EXPECT_EQ(o.t.live, 3u);
+  EXPECT_EQ(o.entries(), 3u);
+  EXPECT_EQ(o.t.versions[o.held], 1u) << "the held bucket must be left alone";
+  o.t.versions[o.held] = 2;  // the other writer releases it
+  // Later inserts evict one each: the overshoot neither grows nor is lost from the count.
+  key_type next = 100;
+  for (int i = 0; i < 20; ++i) {
+    next = o.fresh(next + 1);
+    EXPECT_EQ(ops::insert_or_assign(o.tile, o.t.view, next, next, 20 + i, ek, ev),
+              op_status::inserted_evicted);
+    EXPECT_EQ(o.t.live, o.entries());
+    EXPECT_EQ(o.t.live, 3u);
+  }
+  // An erase brings the count back to the capacity for good.
+  EXPECT_TRUE(ops::erase(o.tile, o.t.view, next));
+  EXPECT_EQ(o.t.live, 2u);
+  next = o.fresh(next + 1);
+  EXPECT_EQ(ops::insert_or_assign(o.tile, o.t.view, next, next, 100, ek, ev),
+            op_status::inserted_evicted);
+  EXPECT_EQ(o.t.live, 2u);
+  EXPECT_EQ(o.entries(), 2u);
+}
+
+// DISABLED (a finding for the lead): global.hpp says that after a failed global eviction "the
+// next inserts bring it back", but an insert adds one entry and evicts at most one, so only
+// erases (or clear) lower an overshoot; under sustained contention without erases the excess
+// accumulates. Run with --gtest_also_run_disabled_tests.
+TEST(GlobalModelCorner, DISABLED_NextInsertsBringTheOvershootBack) {
+  using ops = overshoot_setup::ops;
+  overshoot_setup o;
+  o.t.versions[o.held] = 1;
+  key_type ek = 0;
+  value_type ev = 0;
+  ops::insert_or_assign(o.tile, o.t.view, o.k, 5, 10, ek, ev);
+  ASSERT_EQ(o.t.live, 3u);
+  o.t.versions[o.held] = 2;
+  key_type next = 100;
+  for (int i = 0; i < 8; ++i) {
+    next = o.fresh(next + 1);
+    ops::insert_or_assign(o.tile, o.t.view, next, next, 20 + i, ek, ev);
+  }
+  EXPECT_LE(o.t.live, o.t.view.capacity) << "the overshoot is still there after 8 inserts";
+}
+
+// =============================================================================================
+// 2. Quality: the global victim's age rank among all live entries
+// =============================================================================================
+
+/// Zipf(alpha) ranks in [0, n) by inverse CDF.
+class zipf_sampler {
+ public:
+  zipf_sampler(std::size_t n, double alpha) : cdf_(n) {
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum += 1.0 / std::pow(double(i + 1), alpha);
+      cdf_[i] = sum;
+    }
+    for (double& c : cdf_) { c /= sum; }
+  }
+  template <class Rng>
+  std::size_t operator()(Rng& rng) const {
+    double const u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    return std::min<std::size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(),
+                                 cdf_.size() - 1);
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+struct quality {
+  double mean_rank = 0;        ///< mean over global evictions of (older live entries) / live
+  std::size_t evictions = 0;   ///< global evictions measured
+  std::size_t true_lru = 0;    ///< of them, victims that were the oldest live entry
+};
+
+/// Cache workload (find, insert on a miss) on 256 buckets x 16 with capacity 0.9 of the slots.
+template <class Policy>
+quality measure_quality(std::uint32_t samples, bool zipf, int requests, unsigned rng_seed) {
+  constexpr int Bs = 16;
+  constexpr std::uint32_t nb = 256;
+  std::uint64_t const capacity = nb * Bs * 9 / 10;
+  using ops = ccht::bucket_ops<Policy, Bs>;
+  global_core<Bs> t(nb, 0xc0ffee, capacity, samples);
+  ccht::scalar_tile const tile{};
+  std::size_t const universe = capacity * 2;
+  zipf_sampler const z(universe, 0.9);
+  std::mt19937_64 rng(rng_seed);
+  std::unordered_map<key_type, std::uint64_t> last_use;
+  tick_type tick = 0;
+  quality q;
+  double rank_sum = 0;
+  for (int r = 0; r < requests; ++r) {
+    std::size_t const idx = zipf ? z(rng) : rng() % universe;
+    key_type const k = idx * 0x9E3779B1ull + 1;
+    value_type v;
+    ++tick;
+    if (ops::find(tile, t.view, k, tick, v)) {
+      last_use[k] = tick;
+      continue;
+    }
+    ++tick;
+    auto const cb = ccht::candidates(k, t.view.seed, nb);
+    bool has_free = false;
+    for (std::uint32_t bi : {cb.first, cb.second}) {
+      for (int s = 0; s < Bs; ++s) { has_free |= t.buckets[bi].keys[s] == ccht::empty_key; }
+    }
+    std::uint64_t const live_before = t.live;
+    key_type ek = 0;
+    value_type ev = 0;
+    op_status const st = ops::insert_or_assign(tile, t.view, k, k, tick, ek, ev);
+    if (st == op_status::inserted_evicted) {
+      auto const it = last_use.find(ek);
+      EXPECT_NE(it, last_use.end()) << "evicted key " << ek << " was not live";
+      if (it == last_use.end()) { return q; }
+      std::uint64_t const victim_age = it->second;
+      last_use.erase(it);
+      if (has_free && live_before == capacity) {  // a global eviction at capacity
+        std::size_t older = 0;
+        for (auto const& [key, use] : last_use) { older += use < victim_age; }
+        rank_sum += double(older) / double(live_before);
+        q.true_lru += older == 0;
+        ++q.evictions;
+      }
+    }
+    last_use[k] = tick;
+    EXPECT_LE(t.live, capacity);
+  }
+  EXPECT_EQ(last_use.size(), t.live);
+  q.mean_rank = q.evictions ? rank_sum / double(q.evictions) : 1.0;
+  return q;
+}
+
+TEST(GlobalQuality, DoubleLruVictimIsAmongTheOldestAndImprovesWithSamples) {
+  int const requests = 40000 / work_scale;
+  for (bool zipf : {false, true}) {
+    quality const q1 = measure_quality<ccht::double_lru>(1, zipf, requests, 51);
+    quality const q8 = measure_quality<ccht::double_lru>(8, zipf, requests, 51);
+    quality const q32 = measure_quality<ccht::double_lru>(32, zipf, requests, 51);
+    std::string const what = zipf ? "zipf(0.9)" : "uniform";
+    ASSERT_GT(q8.evictions, 2000u / work_scale) << what;
+    ASSERT_GT(q32.evictions, 2000u / work_scale) << what;
+    // One sample is the oldest of ~14 entries (expected rank ~ 1/15); 8 samples of ~115 (~0.9%);
+    // 32 of ~460 (~0.2%).
+    EXPECT_LT(q8.mean_rank, 0.03) << what << ": samples=8 victims are not among the oldest";
+    EXPECT_LT(q32.mean_rank, 0.6 * q8.mean_rank)
+        << what << ": 32 samples (" << q32.mean_rank << ") are not better than 8 ("
+        << q8.mean_rank << ")";
+    EXPECT_LT(q8.mean_rank, 0.5 * q1.mean_rank) << what;
+    EXPECT_GT(q32.true_lru, q8.true_lru) << what;
+    RecordProperty("double_lru_" + what + "_rank_s1", std::to_string(q1.mean_rank));
+    RecordProperty("double_lru_" + what + "_rank_s8", std::to_string(q8.mean_rank));
+    RecordProperty("double_lru_" + what + "_rank_s32", std::to_string(q32.mean_rank));
+  }
+}
+
+TEST(GlobalQuality, CoarseLruVictimIsOldButWorseThanDoubleLru) {
+  // bucket_lru ranks buckets by their newest entry, a weaker proxy for the oldest entry than
+  // double LRU's per-entry rank. Measured (uniform keys, this workload): mean rank 0.12 at 1-4
+  // samples, 0.13 at 8, 0.22 at 32, 0.26 at 64: more samples find buckets with *fewer* entries
+  // (the newest of fewer entries is older; mean fill of the victim's bucket after the eviction
+  // is 12.5/16 at 8 samples, 10.6/16 at 32), whose oldest entry is younger. So only bounds here,
+  // no improvement with samples: far older than a random entry (0.5), and worse than double LRU.
+  int const requests = 40000 / work_scale;
+  quality const q8 = measure_quality<ccht::coarse_lru>(8, false, requests, 52);
+  quality const z8 = measure_quality<ccht::coarse_lru>(8, true, requests, 52);
+  quality const d8 = measure_quality<ccht::double_lru>(8, false, requests, 52);
+  ASSERT_GT(q8.evictions, 2000u / work_scale);
+  ASSERT_GT(z8.evictions, 1000u / work_scale);
+  EXPECT_LT(q8.mean_rank, 0.2);
+  EXPECT_LT(z8.mean_rank, 0.25);
+  EXPECT_LT(d8.mean_rank, 0.5 * q8.mean_rank)
+      << "double LRU should pick much older victims than coarse LRU";
+  RecordProperty("coarse_lru_uniform_rank_s8", std::to_string(q8.mean_rank));
+  RecordProperty("coarse_lru_zipf_rank_s8", std::to_string(z8.mean_rank));
+}
+
+// =============================================================================================
+// 3. Table level
+// =============================================================================================
+
+template <class Policy>
+class GlobalTable : public ::testing::Test {};
+TYPED_TEST_SUITE(GlobalTable, GlobalPolicies, policy_names);
+
+template <class Table>
+std::uint64_t live_word(Table const& t) {
+  return *t.ref().view().live;
+}
+
+template <class Policy>
+void run_serial_batches(std::size_t batch, int batches, unsigned rng_seed) {
+  ccht::table_options opt;
+  opt.cpu_threads = 1;
+  opt.capacity = 200;  // of 256 slots
+  opt.global_samples = 4;
+  driver<cpu, Policy> d(256, opt);
+  ASSERT_EQ(d.t.num_slots(), 256u);
+  ASSERT_EQ(d.t.capacity(), 200u);
+  std::map<key_type, value_type> shadow;
+  std::mt19937_64 rng(rng_seed);
+  std::size_t evictions = 0;
+  for (int it = 0; it < batches; ++it) {
+    std::vector<op_code> ops(batch);
+    std::vector<key_type> keys(batch);
+    std::vector<value_type> vals(batch);
+    for (std::size_t i = 0; i < batch; ++i) {
+      unsigned const r = rng() % 10;
+      ops[i] = r < 3 ? op_code::find : r < 9 ? op_code::insert_or_assign : op_code::erase;
+      keys[i] = 1 + rng() % 600;
+      vals[i] = rng();
+    }
+    auto const res = d.execute(ops, keys, vals);
+    // One thread runs the batch in index order, so the shadow replays it exactly; evictions are
+    // reported in the order of the inserts that caused them.
+    std::size_t next_evicted = 0;
+    for (std::size_t i = 0; i < batch; ++i) {
+      key_type const k = keys[i];
+      bool const present = shadow.count(k) != 0;
+      switch (ops[i]) {
+        case op_code::find:
+          ASSERT_EQ(res.status[i], present ? op_status::hit : op_status::miss)
+              << "find " << k << " batch " << it << " element " << i;
+          if (present) { ASSERT_EQ(res.values[i], shadow[k]); }
+          break;
+        case op_code::insert_or_assign:
+          if (present) {
+            ASSERT_EQ(res.status[i], op_status::assigned) << "batch " << it << " element " << i;
+          } else if (res.status[i] == op_status::inserted_evicted) {
+            ASSERT_LT(next_evicted, res.evicted_keys.size());
+            key_type const ek = res.evicted_keys[next_evicted];
+            value_type const ev = res.evicted_values[next_evicted];
+            ++next_evicted;
+            auto const sit = shadow.find(ek);
+            ASSERT_NE(sit, shadow.end()) << "evicted key " << ek << " was not present (or reported twice)";
+            ASSERT_EQ(sit->second, ev) << "evicted key " << ek << " reported with a stale value";
+            shadow.erase(sit);
+            ++evictions;
+          } else {
+            ASSERT_EQ(res.status[i], op_status::inserted) << "batch " << it << " element " << i;
+          }
+          shadow[k] = vals[i];
+          break;
+        case op_code::erase:
+          ASSERT_EQ(res.status[i], present ? op_status::hit : op_status::miss);
+          shadow.erase(k);
+          break;
+      }
+    }
+    ASSERT_EQ(next_evicted, res.evicted_keys.size()) << "more evictions reported than statuses";
+    ASSERT_LE(d.t.size(), d.t.capacity()) << "batch " << it;
+    ASSERT_EQ(d.t.size(), shadow.size()) << "batch " << it;
+    ASSERT_EQ(live_word(d.t), shadow.size()) << "batch " << it;
+  }
+  EXPECT_GT(evictions, std::size_t(batch) * batches / 10);
+
+  // insert_or_assign (no statuses). Batches of distinct keys absent from the table, so each key
+  // is evicted at most once (an old key before the batch's inserts, a new one after its own):
+  // present = (old + batch) - evicted exactly, and no key may be reported twice.
+  for (int it = 0; it < 20; ++it) {
+    std::set<key_type> unique;
+    while (unique.size() < std::min<std::size_t>(batch, 100)) {
+      key_type const k = 1 + rng() % 600;
+      if (shadow.count(k) == 0) { unique.insert(k); }
+    }
+    std::vector<key_type> keys(unique.begin(), unique.end());
+    std::shuffle(keys.begin(), keys.end(), rng);
+    std::vector<value_type> vals(keys.size());
+    for (auto& v : vals) { v = rng(); }
+    auto const res = d.insert_or_assign(keys, vals);
+    std::map<key_type, value_type> expect = shadow;
+    for (std::size_t i = 0; i < keys.size(); ++i) { expect[keys[i]] = vals[i]; }
+    std::set<key_type> seen;
+    for (std::size_t i = 0; i < res.evicted_keys.size(); ++i) {
+      key_type const ek = res.evicted_keys[i];
+      ASSERT_TRUE(seen.insert(ek).second) << "key " << ek << " evicted twice in one batch";
+      ASSERT_EQ(expect.count(ek), 1u) << "evicted key " << ek << " was never present";
+      EXPECT_EQ(expect[ek], res.evicted_values[i]) << "evicted key " << ek << ": wrong value";
+      expect.erase(ek);
+    }
+    shadow = expect;
+    ASSERT_LE(d.t.size(), d.t.capacity());
+    ASSERT_EQ(to_map_checked(d.export_all()), shadow);
+    ASSERT_EQ(live_word(d.t), shadow.size());
+  }
+
+  // Every live key is found with its latest value.
+  std::vector<key_type> keys;
+  for (auto const& [k, v] : shadow) { keys.push_back(k); }
+  auto const r = d.find(keys);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(r.found[i]) << "live key " << keys[i] << " not found";
+    EXPECT_EQ(r.values[i], shadow[keys[i]]);
+  }
+  EXPECT_EQ(to_map_checked(d.export_all()), shadow);
+  EXPECT_EQ(live_word(d.t), d.t.size());
+}
+
+TYPED_TEST(GlobalTable, SerialBatchesOfOneNeverExceedCapacity) {
+  run_serial_batches<TypeParam>(1, 4000 / work_scale, 61);
+}
+TYPED_TEST(GlobalTable, SerialLargeBatchesNeverExceedCapacity) {
+  run_serial_batches<TypeParam>(300, 40 / work_scale, 62);
+}
+TYPED_TEST(GlobalTable, SerialBatchesAboveChunkSizeOneThread) {
+  run_serial_batches<TypeParam>(5000, 3, 63);  // several chunks, still in index order
+}
+
+/// 8 buckets x 16, capacity 32: about 4 entries per bucket, so no bucket fills and every
+/// eviction below comes from the global layer.
+template <class Policy>
+driver<cpu, Policy> small_capacity_driver() {
+  ccht::table_options opt;
+  opt.cpu_threads = 1;
+  opt.capacity = 32;
+  return driver<cpu, Policy>(128, opt);
+}
+
+TYPED_TEST(GlobalTable, EraseFreesCapacity) {
+  auto d = small_capacity_driver<TypeParam>();
+  key_type next = 1;
+  for (int i = 0; i < 32; ++i, ++next) {
+    ASSERT_TRUE(d.insert_or_assign({next}, {next * 10}).evicted_keys.empty()) << "insert " << i;
+  }
+  ASSERT_EQ(d.t.size(), 32u);
+  // At capacity a new key evicts exactly one; an update evicts nothing.
+  auto r = d.insert_or_assign({next}, {next * 10});
+  ASSERT_EQ(r.evicted_keys.size(), 1u);
+  key_type const victim = r.evicted_keys[0];
+  EXPECT_EQ(r.evicted_values[0], victim * 10);
+  ++next;
+  EXPECT_EQ(d.t.size(), 32u);
+  EXPECT_TRUE(d.insert_or_assign({next - 1}, {5}).evicted_keys.empty());
+  // Erasing an absent key (the victim) frees nothing.
+  EXPECT_EQ(d.erase({victim}), 0u);
+  EXPECT_EQ(d.insert_or_assign({next}, {next * 10}).evicted_keys.size(), 1u);
+  ++next;
+  EXPECT_EQ(d.t.size(), 32u);
+  // Erasing a present key lowers the count: the next new key fits without evicting.
+  auto const entries = d.export_all();
+  ASSERT_EQ(entries.size(), 32u);
+  EXPECT_EQ(d.erase({entries[0].first, entries[1].first}), 2u);
+  EXPECT_EQ(d.t.size(), 30u);
+  EXPECT_EQ(live_word(d.t), 30u);
+  EXPECT_TRUE(d.insert_or_assign({next}, {1}).evicted_keys.empty());
+  EXPECT_TRUE(d.insert_or_assign({next + 1}, {1}).evicted_keys.empty());
+  next += 2;
+  EXPECT_EQ(d.t.size(), 32u);
+  EXPECT_EQ(d.insert_or_assign({next}, {1}).evicted_keys.size(), 1u);
+  EXPECT_EQ(d.t.size(), 32u);
+  // The same through execute.
+  auto const e = d.export_all();
+  auto const x = d.execute({op_code::erase, op_code::insert_or_assign, op_code::insert_or_assign},
+                           {e[3].first, next + 1, next + 2}, {0, 1, 2});
+  EXPECT_EQ(x.status[0], op_status::hit);
+  EXPECT_EQ(x.status[1], op_status::inserted);
+  EXPECT_EQ(x.status[2], op_status::inserted_evicted);
+  EXPECT_EQ(x.evicted_keys.size(), 1u);
+  EXPECT_EQ(d.t.size(), 32u);
+}
+
+TYPED_TEST(GlobalTable, ClearResetsTheLiveCount) {
+  auto d = small_capacity_driver<TypeParam>();
+  std::vector<key_type> keys(100);
+  for (std::size_t i = 0; i < keys.size(); ++i) { keys[i] = 1000 + i; }
+  EXPECT_EQ(d.insert_or_assign(keys, std::vector<value_type>(100, 1)).evicted_keys.size(), 68u);
+  EXPECT_EQ(d.t.size(), 32u);
+  d.t.clear();
+  EXPECT_EQ(d.t.size(), 0u);
+  EXPECT_EQ(live_word(d.t), 0u);
+  std::vector<key_type> fresh(32);
+  for (std::size_t i = 0; i < fresh.size(); ++i) { fresh[i] = 5000 + i; }
+  EXPECT_TRUE(d.insert_or_assign(fresh, std::vector<value_type>(32, 2)).evicted_keys.empty())
+      << "clear() did not reset the live count";
+  EXPECT_EQ(d.t.size(), 32u);
+  EXPECT_EQ(d.insert_or_assign({9999}, {3}).evicted_keys.size(), 1u);
+  EXPECT_EQ(d.t.size(), 32u);
+}
+
+TYPED_TEST(GlobalTable, CapacityDefaultsToTheSlots) {
+  ccht::table<cpu, TypeParam> t(100);
+  EXPECT_EQ(t.num_slots(), 112u);
+  EXPECT_EQ(t.capacity(), 112u);
+  ccht::table<cpu, TypeParam> u(100, {.capacity = 112});
+  EXPECT_EQ(u.capacity(), 112u);
+  ccht::table<cpu, TypeParam> w(100, {.capacity = 1, .global_samples = 1});
+  EXPECT_EQ(w.capacity(), 1u);
+}
+
+TEST(GlobalTableOptions, BadOptionsAreRejected) {
+  // capacity above the slots (256 after rounding) is a size error for every policy.
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 257})),
+                    ccht::error_code::invalid_size);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::coarse_lru>(250, {.capacity = 257})),
+                    ccht::error_code::invalid_size);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::lru>(256, {.capacity = 1000})),
+                    ccht::error_code::invalid_size);
+  // Below the slots needs a global layer.
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::lru>(256, {.capacity = 255})),
+                    ccht::error_code::invalid_argument);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::fifo>(256, {.capacity = 1})),
+                    ccht::error_code::invalid_argument);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::lfu>(256, {.capacity = 100})),
+                    ccht::error_code::invalid_argument);
+  // At least one sample.
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100, .global_samples = 0})),
+                    ccht::error_code::invalid_argument);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 0})),
+                    ccht::error_code::invalid_argument);
+  // Allowed: the slots exactly, for any policy; anything in [1, slots] with a global layer.
+  EXPECT_NO_THROW((ccht::table<cpu, ccht::lru>(256, {.capacity = 256})));
+  EXPECT_NO_THROW((ccht::table<cpu, ccht::double_lru>(250, {.capacity = 256})));
+  EXPECT_NO_THROW((ccht::table<cpu, ccht::coarse_lru>(256, {.capacity = 1})));
+}
+
+// =============================================================================================
+// 4. Concurrency (std::thread only, so TSan sees every thread)
+// =============================================================================================
+
+constexpr value_type encode(key_type k, std::uint64_t tag) { return (k << 24) | (tag & 0xffffff); }
+constexpr key_type key_part(value_type v) { return v >> 24; }
+
+struct thread_log {
+  std::unordered_map<key_type, long> net;  // new-key inserts - evictions - erase hits
+  std::size_t violations = 0, evictions = 0, hits = 0;
+  std::string first;
+  void fail(std::string const& what) {
+    if (violations++ == 0) { first = what; }
+  }
+  void found(key_type k, value_type v) {
+    ++hits;
+    if (key_part(v) != k) {
+      fail("find(" + std::to_string(k) + ") returned value of key " + std::to_string(key_part(v)));
+    }
+  }
+  void evicted(key_type ek, value_type ev) {
+    ++evictions;
+    if (key_part(ev) != ek) {
+      fail("evicted key " + std::to_string(ek) + " came with value of key " +
+           std::to_string(key_part(ev)));
+    }
+    --net[ek];
+  }
+};
+
+template <class Policy>
+void stress_global(std::size_t slots, std::size_t capacity, key_type universe, int iters,
+                   std::uint32_t samples, unsigned seed) {
+  constexpr int num_threads = 8;
+  ccht::table<cpu, Policy> t(slots, {.cpu_threads = 1, .capacity = capacity,
+                                     .global_samples = samples});
+  auto const ref = t.ref();
+  std::vector<thread_log> logs(num_threads);
+  std::latch start(num_threads);
+  auto body = [&](int id) {
+    thread_log& L = logs[id];
+    std::mt19937_64 rng(seed * 131 + id);
+    ccht::scalar_tile const tile{};
+    start.arrive_and_wait();
+    for (int it = 0; it < iters && L.violations == 0; ++it) {
+      if (id % 2 == 0) {  // a mixed batch through the table
+        std::size_t const n = 1 + rng() % 8;
+        std::vector<op_code> ops(n);
+        std::vector<key_type> keys(n), ek(n);
+        std::vector<value_type> vals(n), out(n, 0), ev(n);
+        std::vector<op_status> st(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          unsigned const r = rng() % 8;
+          ops[i] = r < 3 ? op_code::find : r < 7 ? op_code::insert_or_assign : op_code::erase;
+          keys[i] = 1 + rng() % universe;
+          vals[i] = encode(keys[i], it);
+        }
+        std::size_t const ne = t.execute(ops, keys, vals, out, st, ek, ev);
+        std::size_t evicting = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          switch (ops[i]) {
+            case op_code::find:
+              if (st[i] == op_status::hit) { L.found(keys[i], out[i]); }
+              break;
+            case op_code::insert_or_assign:
+              if (st[i] == op_status::inserted || st[i] == op_status::inserted_evicted) {
+                ++L.net[keys[i]];
+              }
+              evicting += st[i] == op_status::inserted_evicted;
+              break;
+            case op_code::erase:
+              if (st[i] == op_status::hit) { --L.net[keys[i]]; }
+              break;
+          }
+        }
+        if (ne != evicting) { L.fail("eviction count disagrees with the statuses"); }
+        for (std::size_t i = 0; i < ne && i < n; ++i) { L.evicted(ek[i], ev[i]); }
+      } else {  // per-key calls through a ref, ticks from the table's clock
+        key_type const k = 1 + rng() % universe;
+        unsigned const r = rng() % 8;
+        if (r < 3) {
+          value_type v = 0;
+          if (ref.find(tile, k, v)) { L.found(k, v); }
+        } else if (r < 7) {
+          key_type ek = 0;
+          value_type ev = 0;
+          op_status const st = ref.insert_or_assign(tile, k, encode(k, it), ek, ev);
+          if (st == op_status::inserted || st == op_status::inserted_evicted) { ++L.net[k]; }
+          if (st == op_status::inserted_evicted) { L.evicted(ek, ev); }
+        } else if (ref.erase(tile, k)) {
+          --L.net[k];
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < num_threads; ++i) { threads.emplace_back(body, i); }
+  for (auto& th : threads) { th.join(); }
+
+  std::size_t evictions = 0;
+  for (std::size_t i = 0; i < logs.size(); ++i) {
+    EXPECT_EQ(logs[i].violations, 0u) << "thread " << i << ": " << logs[i].first;
+    evictions += logs[i].evictions;
+  }
+  EXPECT_GT(evictions, std::size_t(iters));  // the global layer was exercised
+
+  std::vector<key_type> k(t.num_slots() + 1);
+  std::vector<value_type> v(k.size());
+  std::size_t const n = t.export_entries(k, v);
+  std::size_t const size = t.size();
+  EXPECT_EQ(size, n) << "size() disagrees with the exported entries";
+  EXPECT_EQ(*t.ref().view().live, size) << "live count drifted from the entries held";
+  EXPECT_LE(size, capacity + num_threads) << "overshoot beyond the documented bound";
+  std::map<key_type, value_type> present;
+  for (std::size_t i = 0; i < std::min(n, k.size()); ++i) {
+    EXPECT_TRUE(present.emplace(k[i], v[i]).second) << "key " << k[i] << " is in the table twice";
+    EXPECT_EQ(key_part(v[i]), k[i]) << "key " << k[i] << " holds another key's value";
+  }
+  std::map<key_type, long> net;
+  for (auto const& l : logs) {
+    for (auto const& [key, c] : l.net) { net[key] += c; }
+  }
+  for (auto const& [key, c] : net) {
+    EXPECT_EQ(c, present.count(key) ? 1 : 0)
+        << "key " << key << ": inserts - evictions - erases = " << c;
+  }
+  for (auto const& [key, val] : present) {
+    EXPECT_TRUE(net.count(key)) << "key " << key << " present but never inserted";
+  }
+  // Serially, back under capacity after erasing the overshoot, the count is exact again.
+  if (size > capacity) {
+    std::vector<key_type> drop(k.begin(), k.begin() + (size - capacity));
+    t.erase(drop);
+  }
+  std::vector<key_type> fresh{universe + 1, universe + 2, universe + 3};
+  std::vector<value_type> fv{encode(universe + 1, 0), encode(universe + 2, 0), encode(universe + 3, 0)};
+  std::vector<key_type> ek(3);
+  std::vector<value_type> ev(3);
+  t.insert_or_assign(fresh, fv, ek, ev);
+  EXPECT_LE(t.size(), capacity);
+  EXPECT_EQ(*t.ref().view().live, t.size());
+}
+
+TEST(Concurrency, GlobalDoubleLruTinyTable) {
+  // 8 buckets: eight writers hold up to 24 bucket locks, so victims' try-locks fail often.
+  stress_global<ccht::double_lru>(128, 96, 300, 6000 / work_scale, 4, 1);
+}
+TEST(Concurrency, GlobalDoubleLruOneSampleTwoBuckets) {
+  stress_global<ccht::double_lru>(32, 20, 60, 6000 / work_scale, 1, 2);
+}
+TEST(Concurrency, GlobalDoubleLruMediumTable) {
+  stress_global<ccht::double_lru>(1024, 700, 2000, 6000 / work_scale, 8, 3);
+}
+TEST(Concurrency, GlobalCoarseLruTinyTable) {
+  stress_global<ccht::coarse_lru>(128, 96, 300, 6000 / work_scale, 4, 4);
+}
+
+// =============================================================================================
+// 5. Access accounting
+// =============================================================================================
+
+// accounting.hpp with B = 16 and 32-byte sectors:
+//   probe        = bucket_reads + 1, bytes_read + 32 (version sector) + 16 * 8 (keys) = 160
+//   scores line  = bytes_read + 128
+//   value read   = bytes_read + 32
+//   promote      = bytes_written + 32
+//   slot write   = bucket_writes + 1, bytes_written + 4 * 32 = 128
+struct expect_counts {
+  std::uint64_t reads, writes, bytes_read, bytes_written;
+};
+
+void expect_delta(ccht::access_counts const& before, ccht::access_counts const& after,
+                  expect_counts e, char const* what) {
+  EXPECT_EQ(after.bucket_reads - before.bucket_reads, e.reads) << what;
+  EXPECT_EQ(after.bucket_writes - before.bucket_writes, e.writes) << what;
+  EXPECT_EQ(after.bytes_read - before.bytes_read, e.bytes_read) << what;
+  EXPECT_EQ(after.bytes_written - before.bytes_written, e.bytes_written) << what;
+  EXPECT_EQ(after.kicks, before.kicks) << what;
+}
+
+/// A key whose first candidate among 2 buckets (seed @p seed) is @p bucket, at or after @p from.
+key_type key_with_first(std::uint32_t bucket, std::uint64_t seed, key_type from) {
+  for (key_type k = from;; ++k) {
+    if (ccht::candidates(k, seed, 2).first == bucket) { return k; }
+  }
+}
+
+TEST(GlobalAccounting, HandCheckedLruTwoBuckets) {
+  driver<cpu, ccht::lru> d(32, {.cpu_threads = 1, .count_accesses = true});
+  ASSERT_EQ(d.t.num_buckets(), 2u);
+  std::uint64_t const seed = d.t.options().seed;
+  key_type const a = key_with_first(0, seed, 1);
+  key_type const absent = key_with_first(1, seed, a + 1);
+  auto c0 = d.t.access_stats();
+  EXPECT_EQ(c0.bucket_reads + c0.bucket_writes + c0.bytes_read + c0.bytes_written, 0u);
+
+  // First insert: both buckets probed (no match in the first, so the second is scanned too),
+  // then one slot write in the first: reads 2 x 160 = 320, writes 128.
+  d.insert_or_assign({a}, {7});
+  auto c1 = d.t.access_stats();
+  expect_delta(c0, c1, {2, 1, 320, 128}, "first insert");
+
+  // Find hit in the first bucket: probe 160 + value 32 = 192 read; promote 32 written.
+  auto r = d.find({a});
+  ASSERT_TRUE(r.found[0]);
+  auto c2 = d.t.access_stats();
+  expect_delta(c1, c2, {1, 0, 192, 32}, "find hit");
+
+  // Find miss: two probes, 2 x 160 = 320 read, nothing written.
+  r = d.find({absent});
+  ASSERT_FALSE(r.found[0]);
+  auto c3 = d.t.access_stats();
+  expect_delta(c2, c3, {2, 0, 320, 0}, "find miss");
+
+  // contains hit: probe 160, no value read, no promotion.
+  ASSERT_TRUE(d.contains({a})[0]);
+  auto c4 = d.t.access_stats();
+  expect_delta(c3, c4, {1, 0, 160, 0}, "contains hit");
+
+  // Update of a present key in the first bucket: one probe (160), one slot write (128).
+  EXPECT_TRUE(d.insert_or_assign({a}, {8}).evicted_keys.empty());
+  auto c5 = d.t.access_stats();
+  expect_delta(c4, c5, {1, 1, 160, 128}, "update");
+
+  // Erase present in the first bucket: one probe 160, one slot write 128.
+  EXPECT_EQ(d.erase({a}), 1u);
+  auto c6 = d.t.access_stats();
+  expect_delta(c5, c6, {1, 1, 160, 128}, "erase hit");
+
+  // Erase absent: two probes, nothing written.
+  EXPECT_EQ(d.erase({a}), 0u);
+  auto c7 = d.t.access_stats();
+  expect_delta(c6, c7, {2, 0, 320, 0}, "erase miss");
+
+  // The same through one execute batch: sums of the above.
+  d.execute({op_code::insert_or_assign, op_code::find, op_code::find, op_code::erase},
+            {a, a, absent, a}, {1, 0, 0, 0});
+  auto c8 = d.t.access_stats();
+  expect_delta(c7, c8, {2 + 1 + 2 + 1, 1 + 0 + 0 + 1, 320 + 192 + 320 + 160, 128 + 32 + 0 + 128},
+               "execute batch");
+
+  d.t.reset_access_stats();
+  auto z = d.t.access_stats();
+  EXPECT_EQ(z.bucket_reads + z.bucket_writes + z.bytes_read + z.bytes_written, 0u);
+}
+
+TEST(GlobalAccounting, HandCheckedLruBothBucketsFull) {
+  // 32 keys fill both buckets of a 2-bucket lru table (every key's candidates are {0, 1}).
+  driver<cpu, ccht::lru> d(32, {.cpu_threads = 1, .count_accesses = true});
+  std::vector<key_type> keys(32);
+  for (std::size_t i = 0; i < keys.size(); ++i) { keys[i] = 1 + i; }
+  ASSERT_TRUE(d.insert_or_assign(keys, keys).evicted_keys.empty());
+  ASSERT_EQ(d.t.size(), 32u);
+  auto const c0 = d.t.access_stats();
+  // Insert that evicts in-bucket: two probes (320) + both score lines (2 x 128) = 576 read,
+  // one slot write (128). (design.md's table also counts the evicted value's sector, 608: see
+  // DISABLED_EvictionReadsTheVictimsValue.)
+  auto const r = d.insert_or_assign({100}, {100});
+  ASSERT_EQ(r.evicted_keys.size(), 1u);
+  EXPECT_EQ(r.evicted_keys[0], 1u) << "the least recently used of the two buckets";
+  auto const c1 = d.t.access_stats();
+  expect_delta(c0, c1, {2, 1, 320 + 2 * 128, 128}, "insert evicting in-bucket");
+}
+
+// DISABLED (a finding for the lead): docs/design.md's table gives "insert that evicts (both
+// full): 320 + 2 x 128 scores + value 32 = 608" bytes read, and accounting.hpp counts a kick's
+// read of the displaced value, but bucket_ops' in-bucket eviction (and global.hpp take_victim)
+// read the victim's value to report it without count_value_read: 576 is counted.
+TEST(GlobalAccounting, DISABLED_EvictionReadsTheVictimsValue) {
+  driver<cpu, ccht::lru> d(32, {.cpu_threads = 1, .count_accesses = true});
+  std::vector<key_type> keys(32);
+  for (std::size_t i = 0; i < keys.size(); ++i) { keys[i] = 1 + i; }
+  d.insert_or_assign(keys, keys);
+  auto const c0 = d.t.access_stats();
+  d.insert_or_assign({100}, {100});
+  auto const c1 = d.t.access_stats();
+  expect_delta(c0, c1, {2, 1, 608, 128}, "design.md: 320 + 2 x 128 + 32");
+}
+
+TEST(GlobalAccounting, HandCheckedGlobalEviction) {
+  // double_lru, 2 buckets, capacity 2, 3 samples. The first two keys land in different buckets
+  // (balanced placement), so every sample below is non-empty and the first round decides.
+  driver<cpu, ccht::double_lru> d(32, {.cpu_threads = 1, .capacity = 2, .global_samples = 3,
+                                       .count_accesses = true});
+  d.insert_or_assign({1}, {1});
+  d.insert_or_assign({2}, {2});
+  auto const s = d.snapshot();
+  int per_bucket[2] = {0, 0};
+  for (int b = 0; b < 2; ++b) {
+    for (key_type k : s[b].keys) { per_bucket[b] += k != ccht::empty_key; }
+  }
+  ASSERT_EQ(per_bucket[0], 1);
+  ASSERT_EQ(per_bucket[1], 1);
+  auto const c0 = d.t.access_stats();
+  // New key at capacity: two probes (320), then 3 samples x (probe 160 + scores 128) = 864
+  // read; the victim's slot write (128, in an own bucket: no extra lock) and the new slot (128).
+  auto const r = d.insert_or_assign({3}, {3});  // tick 3
+  ASSERT_EQ(r.evicted_keys.size(), 1u);
+  // The victim is key 1 (tick 1) when its bucket is among the three samples, else key 2.
+  std::uint32_t const bucket_of_1 = s[0].keys[0] == 1 || s[0].keys[1] == 1 ? 0 : 1;
+  bool sampled_1 = false;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    sampled_1 |= ccht::detail::sample_bucket(d.t.ref().view(), 3, i) == bucket_of_1;
+  }
+  EXPECT_EQ(r.evicted_keys[0], sampled_1 ? 1u : 2u);
+  auto const c1 = d.t.access_stats();
+  expect_delta(c0, c1, {2 + 3, 2, 320 + 3 * (160 + 128), 128 + 128}, "global eviction");
+}
+
+template <class Policy>
+ccht::access_counts seeded_run(bool count, unsigned rng_seed) {
+  ccht::table_options opt;
+  opt.cpu_threads = 1;
+  opt.count_accesses = count;
+  if constexpr (Policy::global != global_layer::none) { opt.capacity = 300; }
+  driver<cpu, Policy> d(512, opt);
+  std::mt19937_64 rng(rng_seed);
+  for (int i = 0; i < 3000 / work_scale; ++i) {
+    key_type const k = 1 + rng() % 1000;
+    switch (rng() % 4) {
+      case 0: d.find({k}); break;
+      case 1: d.erase({k}); break;
+      case 2: d.contains({k}); break;
+      default: d.insert_or_assign({k}, {k}); break;
+    }
+  }
+  return d.t.access_stats();
+}
+
+template <class Policy>
+class GlobalAccountingDeterminism : public ::testing::Test {};
+using AccountingPolicies = ::testing::Types<ccht::lru, ccht::double_lru, ccht::coarse_lru>;
+TYPED_TEST_SUITE(GlobalAccountingDeterminism, AccountingPolicies, policy_names);
+
+TYPED_TEST(GlobalAccountingDeterminism, SameSeedSameCountsAndZeroWhenOff) {
+  auto const a = seeded_run<TypeParam>(true, 71);
+  auto const b = seeded_run<TypeParam>(true, 71);
+  EXPECT_GT(a.bucket_reads, 0u);
+  EXPECT_GT(a.bucket_writes, 0u);
+  EXPECT_EQ(a.bucket_reads, b.bucket_reads);
+  EXPECT_EQ(a.bucket_writes, b.bucket_writes);
+  EXPECT_EQ(a.bytes_read, b.bytes_read);
+  EXPECT_EQ(a.bytes_written, b.bytes_written);
+  EXPECT_EQ(a.kicks, b.kicks);
+  auto const c = seeded_run<TypeParam>(true, 72);
+  EXPECT_NE(a.bytes_read, c.bytes_read) << "a different workload should count differently";
+  auto const off = seeded_run<TypeParam>(false, 71);
+  EXPECT_EQ(off.bucket_reads, 0u);
+  EXPECT_EQ(off.bucket_writes, 0u);
+  EXPECT_EQ(off.bytes_read, 0u);
+  EXPECT_EQ(off.bytes_written, 0u);
+  EXPECT_EQ(off.kicks, 0u);
+}
+
+}  // namespace
