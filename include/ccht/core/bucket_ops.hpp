@@ -262,6 +262,7 @@ struct bucket_ops {
         score_type m1, m2;
         detail::count_scores<BucketSize>(acc);
         detail::count_scores<BucketSize>(acc);
+        detail::count_value_read(acc);  // the victim's value, to report it
         int const s1 = detail::min_score_slot(tile, b1, m1);
         int const s2 = detail::min_score_slot(tile, b2, m2);
         bool const second_older = m2 < m1;

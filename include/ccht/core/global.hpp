@@ -260,6 +260,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_arra
     ev = load_relaxed(b.values[gv.slot]);
     store_relaxed(b.keys[gv.slot], empty_key);
   }
+  count_value_read(acc);  // the victim's value, to report it
   count_slot_write(acc);
   ek = tile.shfl(ek, 0);
   ev = tile.shfl(ev, 0);
