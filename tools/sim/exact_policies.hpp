@@ -75,13 +75,19 @@ class node_lists {
 };
 }  // namespace detail
 
-/// Exact LRU: a hit moves the key to the front; a miss evicts the back when full.
-class exact_lru {
+/**
+ * @brief Exact list-ordered cache: LRU when @p PromoteOnHit (a hit moves the key to the front),
+ *        FIFO otherwise (hits change nothing). A miss evicts the back when full.
+ */
+template <bool PromoteOnHit>
+class exact_list_cache {
  public:
-  /// Name used by tools ("lru").
-  static constexpr std::string_view name = "lru";
+  /// Name used by tools ("lru" or "fifo").
+  static constexpr std::string_view name = PromoteOnHit ? "lru" : "fifo";
   /// A cache of @p capacity objects (capacity >= 1).
-  explicit exact_lru(std::size_t capacity) : capacity_(capacity) { index_.reserve(capacity * 2); }
+  explicit exact_list_cache(std::size_t capacity) : capacity_(capacity) {
+    index_.reserve(capacity * 2);
+  }
   /// One GET of @p key; a miss inserts it. @return true on a hit
   bool access(std::uint64_t key) {
     ++stats_.requests;
@@ -94,12 +100,20 @@ class exact_lru {
     ++stats_.updates;
     touch(key);
   }
+  /// Whether @p key is cached (no state change).
+  bool contains(std::uint64_t key) const { return index_.count(key) != 0; }
+  /// Objects cached.
+  std::size_t size() const noexcept { return index_.size(); }
+  /// Counters.
+  cache_stats const& stats() const noexcept { return stats_; }
 
  private:
   bool touch(std::uint64_t key) {
     if (auto it = index_.find(key); it != index_.end()) {
-      nodes_.unlink(list_, it->second);
-      nodes_.push_front(list_, it->second);
+      if constexpr (PromoteOnHit) {
+        nodes_.unlink(list_, it->second);
+        nodes_.push_front(list_, it->second);
+      }
       return true;
     }
     if (index_.size() >= capacity_) {
@@ -115,15 +129,6 @@ class exact_lru {
     return false;
   }
 
- public:
-  /// Whether @p key is cached (no state change).
-  bool contains(std::uint64_t key) const { return index_.count(key) != 0; }
-  /// Objects cached.
-  std::size_t size() const noexcept { return index_.size(); }
-  /// Counters.
-  cache_stats const& stats() const noexcept { return stats_; }
-
- private:
   std::size_t capacity_;
   std::unordered_map<std::uint64_t, std::uint32_t> index_;
   detail::node_lists nodes_;
@@ -131,57 +136,10 @@ class exact_lru {
   cache_stats stats_;
 };
 
-/// Exact FIFO: hits change nothing; a miss evicts the oldest insertion when full.
-class exact_fifo {
- public:
-  /// Name used by tools ("fifo").
-  static constexpr std::string_view name = "fifo";
-  /// A cache of @p capacity objects (capacity >= 1).
-  explicit exact_fifo(std::size_t capacity) : capacity_(capacity) { index_.reserve(capacity * 2); }
-  /// One GET of @p key; a miss inserts it. @return true on a hit
-  bool access(std::uint64_t key) {
-    ++stats_.requests;
-    bool const hit = touch(key);
-    stats_.hits += hit;
-    return hit;
-  }
-  /// One PUT of @p key: the same state change as a GET, counted as an update.
-  void put(std::uint64_t key) {
-    ++stats_.updates;
-    touch(key);
-  }
-
- private:
-  bool touch(std::uint64_t key) {
-    if (index_.count(key)) { return true; }
-    if (index_.size() >= capacity_) {
-      std::uint32_t const victim = list_.tail;
-      nodes_.unlink(list_, victim);
-      index_.erase(nodes_[victim].key);
-      nodes_.release(victim);
-      ++stats_.evictions;
-    }
-    std::uint32_t const i = nodes_.alloc(key);
-    nodes_.push_front(list_, i);
-    index_.emplace(key, i);
-    return false;
-  }
-
- public:
-  /// Whether @p key is cached.
-  bool contains(std::uint64_t key) const { return index_.count(key) != 0; }
-  /// Objects cached.
-  std::size_t size() const noexcept { return index_.size(); }
-  /// Counters.
-  cache_stats const& stats() const noexcept { return stats_; }
-
- private:
-  std::size_t capacity_;
-  std::unordered_map<std::uint64_t, std::uint32_t> index_;
-  detail::node_lists nodes_;
-  detail::node_lists::list list_;
-  cache_stats stats_;
-};
+/// Exact LRU.
+using exact_lru = exact_list_cache<true>;
+/// Exact FIFO.
+using exact_fifo = exact_list_cache<false>;
 
 /// Exact LFU, ties to the least recently used; counts are forgotten on eviction. O(1) with one
 /// recency list per frequency.
