@@ -7,6 +7,8 @@
 // all threads join each key's sum must be 1 if the key is in the table and 0 otherwise.
 #include <ccht/ccht.hpp>
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -22,21 +24,18 @@
 
 namespace {
 
+using ccht_test::encode;
+using ccht_test::key_part;
+using ccht_test::tag_part;
+using ccht_test::work_scale;
+
 using ccht::key_type;
 using ccht::op_code;
 using ccht::op_status;
 using ccht::value_type;
 using cpu = ccht::cpu_backend;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr int work_scale = 4;  // TSan is ~10x slower; keep the suite within seconds
-#else
-constexpr int work_scale = 1;
-#endif
 
-constexpr value_type encode(key_type k, std::uint64_t tag) { return (k << 24) | (tag & 0xffffff); }
-constexpr key_type key_part(value_type v) { return v >> 24; }
-constexpr std::uint64_t tag_part(value_type v) { return v & 0xffffff; }
 
 /// What one thread saw; the first violation is kept for the report.
 struct thread_log {

@@ -2,6 +2,7 @@
 // checked slot by slot (keys, values and exact scores) against the reference model; plus hash
 // and policy unit tests.
 #include "reference_model.hpp"
+#include "test_support.hpp"
 
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/bucket_ops.hpp>
@@ -112,12 +113,6 @@ void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
 
 template <class Policy>
 class CoreModel : public ::testing::Test {};
-struct policy_names {
-  template <class T>
-  static std::string GetName(int) {
-    return T::name;
-  }
-};
 using Policies = ::testing::Types<ccht::lru, ccht::fifo, ccht::lfu>;
 TYPED_TEST_SUITE(CoreModel, Policies, policy_names);
 

@@ -47,22 +47,7 @@ using ccht::tick_type;
 using ccht::value_type;
 using cpu = ccht::cpu_backend;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr int work_scale = 4;  // TSan is ~10x slower; keep the suite within seconds
-#else
-constexpr int work_scale = 1;
-#endif
 
-struct policy_names {
-  template <class T>
-  static std::string GetName(int) {
-    // ctest runs each test through --gtest_filter, where '-' starts the negative patterns:
-    // a hyphen in a test name would make its filter match nothing and pass vacuously.
-    std::string n = T::name;
-    for (char& c : n) { c = c == '-' ? '_' : c; }
-    return n;
-  }
-};
 using GlobalPolicies = ::testing::Types<ccht::double_lru, ccht::coarse_lru>;
 
 // =============================================================================================
@@ -868,8 +853,6 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
 // 4. Concurrency (std::thread only, so TSan sees every thread)
 // =============================================================================================
 
-constexpr value_type encode(key_type k, std::uint64_t tag) { return (k << 24) | (tag & 0xffffff); }
-constexpr key_type key_part(value_type v) { return v >> 24; }
 
 struct thread_log {
   std::unordered_map<key_type, long> net;  // new-key inserts - evictions - erase hits

@@ -4,6 +4,8 @@
 
 #include <ccht/ccht.hpp>
 
+#include "reference_model.hpp"  // ccht_test::key_type and the model types used below
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <string>
 #include <vector>
 
 namespace ccht_test {
@@ -325,6 +328,34 @@ inline char const* to_string(ccht::op_status s) {
   }
   return "?";
 }
+
+/// Scales loop counts down under ThreadSanitizer (about 10x slower) so the suite stays within
+/// seconds.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int work_scale = 4;
+#else
+inline constexpr int work_scale = 1;
+#endif
+
+/// Names typed tests after the policy. No '-' in them: ctest runs each test through
+/// --gtest_filter, where '-' starts the negative patterns, so a hyphenated name would match
+/// nothing and pass vacuously.
+struct policy_names {
+  template <class T>
+  static std::string GetName(int) {
+    std::string n = T::name;
+    for (char& c : n) { c = c == '-' ? '_' : c; }
+    return n;
+  }
+};
+
+/// Stress-test values encode their key (high bits) and a writer's tag (low 24 bits), so a find
+/// that returns another key's value or a torn one is caught.
+constexpr std::uint64_t encode(std::uint64_t k, std::uint64_t tag) { return (k << 24) | (tag & 0xffffff); }
+/// Key encoded in a stress-test value.
+constexpr std::uint64_t key_part(std::uint64_t v) { return v >> 24; }
+/// Tag encoded in a stress-test value.
+constexpr std::uint64_t tag_part(std::uint64_t v) { return v & 0xffffff; }
 
 }  // namespace ccht_test
 

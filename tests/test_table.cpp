@@ -47,12 +47,6 @@ template <class Policy>
 class TableModel : public backend_test<Backend> {};
 class TableApi : public backend_test<Backend> {};
 
-struct policy_names {
-  template <class T>
-  static std::string GetName(int) {
-    return T::name;
-  }
-};
 using Policies = ::testing::Types<ccht::lru, ccht::fifo, ccht::lfu>;
 TYPED_TEST_SUITE(TableModel, Policies, policy_names);
 
