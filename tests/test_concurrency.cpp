@@ -37,35 +37,7 @@ using cpu = ccht::cpu_backend;
 
 
 
-/// What one thread saw; the first violation is kept for the report.
-struct thread_log {
-  std::unordered_map<key_type, long> net;
-  std::size_t violations = 0;
-  std::string first;
-  std::size_t hits = 0, evictions = 0;
-
-  void fail(std::string const& what) {
-    if (violations++ == 0) { first = what; }
-  }
-  bool failed() const { return violations > 0; }
-  void check_found(key_type k, value_type v) {
-    if (key_part(v) != k) {
-      fail("find(" + std::to_string(k) + ") returned value " + std::to_string(v) +
-           " which belongs to key " + std::to_string(key_part(v)));
-    }
-  }
-  void evicted(key_type ek, value_type ev) {
-    ++evictions;
-    if (key_part(ev) != ek) {
-      fail("evicted key " + std::to_string(ek) + " came with value of key " +
-           std::to_string(key_part(ev)));
-    }
-    --net[ek];
-  }
-  void status(key_type k, op_status s) {
-    if (s == op_status::inserted || s == op_status::inserted_evicted) { ++net[k]; }
-  }
-};
+using ccht_test::thread_log;
 
 void report(std::vector<thread_log> const& logs) {
   for (std::size_t i = 0; i < logs.size(); ++i) {

@@ -854,29 +854,6 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
 // =============================================================================================
 
 
-struct thread_log {
-  std::unordered_map<key_type, long> net;  // new-key inserts - evictions - erase hits
-  std::size_t violations = 0, evictions = 0, hits = 0;
-  std::string first;
-  void fail(std::string const& what) {
-    if (violations++ == 0) { first = what; }
-  }
-  void found(key_type k, value_type v) {
-    ++hits;
-    if (key_part(v) != k) {
-      fail("find(" + std::to_string(k) + ") returned value of key " + std::to_string(key_part(v)));
-    }
-  }
-  void evicted(key_type ek, value_type ev) {
-    ++evictions;
-    if (key_part(ev) != ek) {
-      fail("evicted key " + std::to_string(ek) + " came with value of key " +
-           std::to_string(key_part(ev)));
-    }
-    --net[ek];
-  }
-};
-
 template <class Policy>
 void stress_global(std::size_t slots, std::size_t capacity, key_type universe, int iters,
                    std::uint32_t samples, unsigned seed) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <string>
 #include <vector>
@@ -354,6 +355,44 @@ struct policy_names {
 constexpr std::uint64_t encode(std::uint64_t k, std::uint64_t tag) { return (k << 24) | (tag & 0xffffff); }
 /// Key encoded in a stress-test value.
 constexpr std::uint64_t key_part(std::uint64_t v) { return v >> 24; }
+
+/// What one stress-test thread saw: per-key net inserts (new-key inserts - evictions - erase
+/// hits) and value checks; the first violation is kept for the report.
+struct thread_log {
+  std::unordered_map<std::uint64_t, long> net;
+  std::size_t violations = 0, evictions = 0, hits = 0;
+  std::string first;
+
+  void fail(std::string const& what) {
+    if (violations++ == 0) { first = what; }
+  }
+  bool failed() const { return violations > 0; }
+  /// A find returned @p v for @p k: it must encode k.
+  void check_found(std::uint64_t k, std::uint64_t v) {
+    if (key_part(v) != k) {
+      fail("find(" + std::to_string(k) + ") returned value " + std::to_string(v) +
+           " which belongs to key " + std::to_string(key_part(v)));
+    }
+  }
+  /// check_found() and count the hit.
+  void found(std::uint64_t k, std::uint64_t v) {
+    ++hits;
+    check_found(k, v);
+  }
+  /// An eviction report: its value must encode its key.
+  void evicted(std::uint64_t ek, std::uint64_t ev) {
+    ++evictions;
+    if (key_part(ev) != ek) {
+      fail("evicted key " + std::to_string(ek) + " came with value of key " +
+           std::to_string(key_part(ev)));
+    }
+    --net[ek];
+  }
+  /// An upsert's status: a new key adds one.
+  void status(std::uint64_t k, ccht::op_status s) {
+    if (s == ccht::op_status::inserted || s == ccht::op_status::inserted_evicted) { ++net[k]; }
+  }
+};
 /// Tag encoded in a stress-test value.
 constexpr std::uint64_t tag_part(std::uint64_t v) { return v & 0xffffff; }
 
