@@ -400,6 +400,9 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
       removed += detail::load_relaxed(view.buckets[b].keys[s]) != empty_key;
       detail::store_relaxed(view.buckets[b].keys[s], empty_key);
     }
+    if (view.tails != nullptr && tile.thread_rank() == 0) {  // empty: no oldest entry
+      detail::store_relaxed(view.tails[b], detail::no_rank);
+    }
     if (view.live != nullptr) {  // global capacity layer: keep the live count exact
       for (unsigned off = TileSize / 2; off > 0; off >>= 1) { removed += tile.shfl_xor(removed, off); }
       if (tile.thread_rank() == 0 && removed != 0) {

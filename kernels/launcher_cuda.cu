@@ -204,6 +204,10 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     s.clock = reinterpret_cast<tick_type*>(misc);
     s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
     s.view.live = s.view.capacity != 0 ? reinterpret_cast<std::uint64_t*>(misc + 256) : nullptr;
+    if (s.tail_index) {
+      s.view.tails = static_cast<score_type*>(
+          cuda_backend::allocate(std::size_t{num_buckets} * sizeof(score_type)));
+    }
     s.view.num_buckets = num_buckets;
     s.view.seed = seed;
 
@@ -220,6 +224,11 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     check_cuda(cudaMemsetAsync(misc, 0, 128, stream), "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc + 128, 0xff, 128, stream), "cudaMemsetAsync");  // no_reject
     check_cuda(cudaMemsetAsync(misc + 256, 0, 128, stream), "cudaMemsetAsync");      // live = 0
+    if (s.view.tails != nullptr) {  // no_rank: every bucket is empty
+      check_cuda(cudaMemsetAsync(s.view.tails, 0xff, std::size_t{num_buckets} * sizeof(score_type),
+                                 stream),
+                 "cudaMemsetAsync (tail index)");
+    }
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   } catch (...) {
     destroy(s);
@@ -231,6 +240,7 @@ void cuda_launcher::destroy(table_state& s) noexcept {
   cuda_backend::deallocate(s.view.buckets);
   cuda_backend::deallocate(s.view.versions);
   cuda_backend::deallocate(s.clock);  // also frees the sticky words (same allocation)
+  cuda_backend::deallocate(s.view.tails);
   s = {};
 }
 

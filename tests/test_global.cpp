@@ -59,11 +59,13 @@ template <int Bs>
 struct global_core {
   std::vector<ccht::bucket<Bs>> buckets;
   std::vector<std::uint32_t> versions;
+  std::vector<ccht::score_type> tails;  // the tail index, when the search uses one
   std::uint64_t live = 0;
   ccht::bucket_array_view<Bs> view;
 
-  global_core(std::uint32_t nb, std::uint64_t seed, std::uint64_t capacity, std::uint32_t samples)
-      : buckets(nb), versions(nb, 0) {
+  global_core(std::uint32_t nb, std::uint64_t seed, std::uint64_t capacity, std::uint32_t samples,
+              bool tail_index = false)
+      : buckets(nb), versions(nb, 0), tails(nb, ccht::detail::no_rank) {
     for (auto& b : buckets) {
       for (int s = 0; s < Bs; ++s) {
         b.keys[s] = ccht::empty_key;
@@ -78,6 +80,21 @@ struct global_core {
     view.live = &live;
     view.capacity = capacity;
     view.samples = samples;
+    view.tails = tail_index ? tails.data() : nullptr;
+  }
+
+  /// "" when every tail word is a lower bound of its bucket's oldest score (global.hpp).
+  std::string tail_bound_error() const {
+    if (view.tails == nullptr) { return ""; }
+    for (std::uint32_t b = 0; b < buckets.size(); ++b) {
+      for (int s = 0; s < Bs; ++s) {
+        if (buckets[b].keys[s] != ccht::empty_key && buckets[b].scores[s] < tails[b]) {
+          return "tail word of bucket " + std::to_string(b) + " (" + std::to_string(tails[b]) +
+                 ") is above its entry's score " + std::to_string(buckets[b].scores[s]);
+        }
+      }
+    }
+    return "";
   }
 };
 
@@ -91,6 +108,8 @@ struct global_core {
  *   round's samples are buckets sample_bucket(view, tick, i), i = 0..samples-1; each non-empty one
  *   is ranked (entry_lru: its min score; bucket_lru: its max score), the smallest rank wins (the
  *   earliest sample on a tie) and its min-score slot (lowest slot on a tie) is evicted.
+ *   With a tail index (entry_lru) the round's buckets are instead those of the lines
+ *   tail_line(view, tick, l), l < tail_lines_for(samples): the victim is their oldest entry.
  *   When every sampled bucket is empty the implementation samples again / walks the table; the
  *   model does not predict that victim, it checks bounds on the one reported (see insert()).
  * - find promotes like a hit; erase frees the slot and lowers the live count.
@@ -116,7 +135,26 @@ class global_model {
   };
 
   global_model(ccht::bucket_array_view<Bs> const& spec_view, std::uint64_t capacity)
-      : spec_(spec_view), capacity_(capacity), buckets_(spec_view.num_buckets) {}
+      : spec_(spec_view), capacity_(capacity), buckets_(spec_view.num_buckets),
+        tail_index_(spec_view.tails != nullptr) {}
+
+  /// Buckets the first round of an eviction at @p tick ranks.
+  std::vector<std::uint32_t> first_round(ccht::tick_type tick) const {
+    std::vector<std::uint32_t> out;
+    if (tail_index_) {
+      for (std::uint32_t l = 0; l < ccht::detail::tail_lines_for(spec_.samples); ++l) {
+        std::uint32_t const first = ccht::detail::tail_line(spec_, tick, l);
+        for (std::uint32_t b = first; b < first + ccht::detail::tail_line_buckets; ++b) {
+          if (b < spec_.num_buckets) { out.push_back(b); }
+        }
+      }
+    } else {
+      for (std::uint32_t i = 0; i < std::max<std::uint32_t>(spec_.samples, 1); ++i) {
+        out.push_back(ccht::detail::sample_bucket(spec_, tick, i));
+      }
+    }
+    return out;
+  }
 
   std::uint64_t count() const { return count_; }
   bucket_state const& bucket(std::uint32_t b) const { return buckets_[b]; }
@@ -173,10 +211,8 @@ class global_model {
       std::uint32_t best = 0;
       std::uint64_t best_rank = ~std::uint64_t{0};
       bool any = false;
-      std::vector<std::uint32_t> sampled;
-      for (std::uint32_t i = 0; i < std::max<std::uint32_t>(spec_.samples, 1); ++i) {
-        std::uint32_t const bi = ccht::detail::sample_bucket(spec_, tick, i);
-        sampled.push_back(bi);
+      std::vector<std::uint32_t> const sampled = first_round(tick);
+      for (std::uint32_t const bi : sampled) {
         bool nonempty = false;
         std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
         for (slot const& s : buckets_[bi]) {
@@ -268,10 +304,11 @@ class global_model {
     return *m;
   }
 
-  ccht::bucket_array_view<Bs> spec_;  // only for candidates() / sample_bucket()
+  ccht::bucket_array_view<Bs> spec_;  // only for candidates(), sample_bucket(), tail_line()
   std::uint64_t capacity_;
   std::uint64_t count_ = 0;
   std::vector<bucket_state> buckets_;
+  bool tail_index_;
 };
 
 template <class Policy>
@@ -284,9 +321,9 @@ struct model_stats {
 template <class Policy, int Bs>
 model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint32_t samples,
                              std::uint32_t universe, int steps, std::uint64_t seed,
-                             unsigned rng_seed) {
+                             unsigned rng_seed, bool tail_index = false) {
   using ops = ccht::bucket_ops<Policy, Bs>;
-  global_core<Bs> t(nb, seed, capacity, samples);
+  global_core<Bs> t(nb, seed, capacity, samples, tail_index);
   global_model<layer_of<Policy>, Bs> m(t.view, capacity);
   std::mt19937_64 rng(rng_seed);
   ccht::scalar_tile const tile{};
@@ -340,12 +377,19 @@ model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint
     }
     if (::testing::Test::HasFailure()) { return st; }
 
-    // Writers lock and release their two buckets (+2 each) and a global victim's (+2).
+    // Writers lock and release their two buckets (+2 each) and a global victim's (+2). A
+    // tail-index search may also lock and release buckets whose stale word it corrects.
     for (std::uint32_t b = 0; b < nb; ++b) {
       bool const mine = writes && (b == cb.first || b == cb.second || b == extra_locked);
-      EXPECT_EQ(t.versions[b], versions_before[b] + (mine ? 2u : 0u))
-          << "bucket " << b << " step " << step;
+      if (tail_index && writes) {  // +2 per lock; a corrected bucket may become the victim
+        EXPECT_EQ((t.versions[b] - versions_before[b]) % 2, 0u) << "bucket " << b << " step " << step;
+        EXPECT_GE(t.versions[b], versions_before[b] + (mine ? 2u : 0u)) << "bucket " << b << " step " << step;
+      } else {
+        EXPECT_EQ(t.versions[b], versions_before[b] + (mine ? 2u : 0u))
+            << "bucket " << b << " step " << step;
+      }
     }
+    EXPECT_EQ(t.tail_bound_error(), "") << "step " << step;
     EXPECT_EQ(t.live, m.count()) << "live count, step " << step;
     for (std::uint32_t b = 0; b < nb; ++b) {
       for (int s = 0; s < Bs; ++s) {
@@ -398,6 +442,34 @@ TYPED_TEST(GlobalModel, BucketSize16) {
 TYPED_TEST(GlobalModel, BucketSize16ManySamples) {
   // More samples than buckets: repeated samples of one bucket must not matter.
   auto const st = run_global_model<TypeParam, 16>(4, 40, 12, 100, 20000 / work_scale, 3, 46);
+  EXPECT_GT(st.global_evictions, 1000u / work_scale);
+}
+
+// The tail index (double LRU): the victim is the oldest entry of the drawn lines' buckets, and
+// every tail word stays a lower bound of its bucket's oldest score.
+TEST(GlobalModelTailIndex, BucketSize4FewerBucketsThanALine) {
+  auto const st =
+      run_global_model<ccht::double_lru, 4>(8, 20, 16, 60, 30000, ccht::default_seed, 61, true);
+  EXPECT_GT(st.global_evictions, 3000u);
+  EXPECT_GT(st.finds_hit, 2000u);
+}
+TEST(GlobalModelTailIndex, BucketSize4PartialLastLineSparse) {
+  // 40 buckets: two full lines and a partial one; capacity 30 of 160 slots, one line per
+  // eviction, so drawn lines are often empty (later rounds and the fallback are bound-checked).
+  auto const st = run_global_model<ccht::double_lru, 4>(40, 30, 1, 80, 30000, 0x5eed, 62, true);
+  EXPECT_GT(st.global_evictions, 3000u);
+  EXPECT_GT(st.unpredicted, 10u);
+}
+TEST(GlobalModelTailIndex, BucketSize4NearlyFullManyLines) {
+  // 70 buckets, capacity 260 of 280 slots, four lines: in-bucket evictions, erases and kicks of
+  // stale words all happen.
+  auto const st = run_global_model<ccht::double_lru, 4>(70, 260, 64, 400, 30000, 7, 63, true);
+  EXPECT_GT(st.global_evictions, 300u);
+  EXPECT_GT(st.bucket_evictions, 500u);
+}
+TEST(GlobalModelTailIndex, BucketSize16TwoLines) {
+  auto const st = run_global_model<ccht::double_lru, 16>(50, 640, 32, 1500, 20000 / work_scale,
+                                                         0x71e5, 64, true);
   EXPECT_GT(st.global_evictions, 1000u / work_scale);
 }
 
@@ -512,12 +584,13 @@ struct quality {
 
 /// Cache workload (find, insert on a miss) on 256 buckets x 16 with capacity 0.9 of the slots.
 template <class Policy>
-quality measure_quality(std::uint32_t samples, bool zipf, int requests, unsigned rng_seed) {
+quality measure_quality(std::uint32_t samples, bool zipf, int requests, unsigned rng_seed,
+                        bool tail_index = false) {
   constexpr int Bs = 16;
   constexpr std::uint32_t nb = 256;
   std::uint64_t const capacity = nb * Bs * 9 / 10;
   using ops = ccht::bucket_ops<Policy, Bs>;
-  global_core<Bs> t(nb, 0xc0ffee, capacity, samples);
+  global_core<Bs> t(nb, 0xc0ffee, capacity, samples, tail_index);
   ccht::scalar_tile const tile{};
   std::size_t const universe = capacity * 2;
   zipf_sampler const z(universe, 0.9);
@@ -587,6 +660,23 @@ TEST(GlobalQuality, DoubleLruVictimIsAmongTheOldestAndImprovesWithSamples) {
     RecordProperty("double_lru_" + what + "_rank_s1", std::to_string(q1.mean_rank));
     RecordProperty("double_lru_" + what + "_rank_s8", std::to_string(q8.mean_rank));
     RecordProperty("double_lru_" + what + "_rank_s32", std::to_string(q32.mean_rank));
+  }
+}
+
+TEST(GlobalQuality, TailIndexRanksMoreBucketsThanSampling) {
+  // Four lines rank 64 buckets: victims older than 8 sampled buckets', and the index keeps up
+  // with the table (no stale word hides an old bucket: the model test checks that exactly).
+  int const requests = 40000;
+  for (bool zipf : {false, true}) {
+    quality const s8 = measure_quality<ccht::double_lru>(8, zipf, requests, 53);
+    quality const t64 = measure_quality<ccht::double_lru>(64, zipf, requests, 53, true);
+    quality const t16 = measure_quality<ccht::double_lru>(16, zipf, requests, 53, true);
+    std::string const what = zipf ? "zipf(0.9)" : "uniform";
+    ASSERT_GT(t64.evictions, 2000u) << what;
+    EXPECT_LT(t64.mean_rank, s8.mean_rank) << what << ": 64 ranked buckets are not better than 8";
+    EXPECT_LT(t64.mean_rank, t16.mean_rank) << what << ": four lines are not better than one";
+    RecordProperty("tail_" + what + "_rank_64", std::to_string(t64.mean_rank));
+    RecordProperty("tail_" + what + "_rank_16", std::to_string(t16.mean_rank));
   }
 }
 
@@ -838,11 +928,18 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
                     ccht::error_code::invalid_argument);
   EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::lfu>(256, {.capacity = 100})),
                     ccht::error_code::invalid_argument);
-  // At least one sample.
-  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100, .global_samples = 0})),
-                    ccht::error_code::invalid_argument);
-  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 0})),
-                    ccht::error_code::invalid_argument);
+  // global_samples 0 is the search's default; only double LRU / LRU-CHT get a tail index.
+  EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().samples,
+            ccht::default_tail_samples);
+  EXPECT_NE((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().tails, nullptr);
+  EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(
+                 256, {.capacity = 100, .global_search = ccht::victim_search::sampled}))
+                .ref().view().tails,
+            nullptr);
+  EXPECT_EQ((ccht::table<cpu, ccht::coarse_lru>(256, {.capacity = 100})).ref().view().samples,
+            ccht::default_sampled_buckets);
+  EXPECT_EQ((ccht::table<cpu, ccht::coarse_lru>(256, {.capacity = 100})).ref().view().tails, nullptr);
+  EXPECT_EQ((ccht::table<cpu, ccht::lru>(256)).ref().view().tails, nullptr);
   // Allowed: the slots exactly, for any policy; anything in [1, slots] with a global layer.
   EXPECT_NO_THROW((ccht::table<cpu, ccht::lru>(256, {.capacity = 256})));
   EXPECT_NO_THROW((ccht::table<cpu, ccht::double_lru>(250, {.capacity = 256})));
@@ -856,10 +953,11 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
 
 template <class Policy>
 void stress_global(std::size_t slots, std::size_t capacity, key_type universe, int iters,
-                   std::uint32_t samples, unsigned seed) {
+                   std::uint32_t samples, unsigned seed,
+                   ccht::victim_search search = ccht::victim_search::tail_index) {
   constexpr int num_threads = 8;
   ccht::table<cpu, Policy> t(slots, {.cpu_threads = 1, .capacity = capacity,
-                                     .global_samples = samples});
+                                     .global_samples = samples, .global_search = search});
   auto const ref = t.ref();
   std::vector<thread_log> logs(num_threads);
   std::latch start(num_threads);
@@ -982,6 +1080,17 @@ TEST(Concurrency, GlobalDoubleLruThreeBuckets) {
 TEST(Concurrency, GlobalDoubleLruMediumTable) {
   stress_global<ccht::double_lru>(1024, 700, 2000, 20000 / work_scale, 8, 3);
 }
+TEST(Concurrency, GlobalDoubleLruSampledTinyTable) {
+  stress_global<ccht::double_lru>(128, 96, 300, 20000 / work_scale, 4, 6, ccht::victim_search::sampled);
+}
+TEST(Concurrency, GlobalDoubleLruSampledMediumTable) {
+  stress_global<ccht::double_lru>(1024, 700, 2000, 20000 / work_scale, 8, 7, ccht::victim_search::sampled);
+}
+TEST(Concurrency, GlobalDoubleLruTailIndexFourLines) {
+  // 64 buckets, four lines ranked per eviction: the whole table, so every writer races for the
+  // same oldest buckets and corrects the same stale words.
+  stress_global<ccht::double_lru>(1024, 900, 2000, 20000 / work_scale, 64, 8);
+}
 TEST(Concurrency, GlobalCoarseLruTinyTable) {
   stress_global<ccht::coarse_lru>(128, 96, 300, 20000 / work_scale, 4, 4);
 }
@@ -996,6 +1105,8 @@ TEST(Concurrency, GlobalCoarseLruTinyTable) {
 //   value read   = bytes_read + 32
 //   promote      = bytes_written + 32
 //   slot write   = bucket_writes + 1, bytes_written + 4 * 32 = 128
+//   tail line    = bucket_reads + 1, bytes_read + 128 (a line of the tail index)
+//   tail word    = bucket_writes + 1, bytes_written + 32
 struct expect_counts {
   std::uint64_t reads, writes, bytes_read, bytes_written;
 };
@@ -1109,6 +1220,7 @@ TEST(GlobalAccounting, HandCheckedGlobalEviction) {
   // double_lru, 2 buckets, capacity 2, 3 samples. The first two keys land in different buckets
   // (balanced placement), so every sample below is non-empty and the first round decides.
   driver<cpu, ccht::double_lru> d(32, {.cpu_threads = 1, .capacity = 2, .global_samples = 3,
+                                       .global_search = ccht::victim_search::sampled,
                                        .count_accesses = true});
   d.insert_or_assign({1}, {1});
   d.insert_or_assign({2}, {2});
@@ -1134,6 +1246,36 @@ TEST(GlobalAccounting, HandCheckedGlobalEviction) {
   EXPECT_EQ(r.evicted_keys[0], sampled_1 ? 1u : 2u);
   auto const c1 = d.t.access_stats();
   expect_delta(c0, c1, {2 + 3, 2, 320 + 3 * (160 + 128) + 32, 128 + 128}, "global eviction");
+}
+
+TEST(GlobalAccounting, HandCheckedTailIndexEviction) {
+  // double_lru, 2 buckets, capacity 2, one line of the tail index (16 ranked buckets).
+  driver<cpu, ccht::double_lru> d(32, {.cpu_threads = 1, .capacity = 2, .global_samples = 16,
+                                       .count_accesses = true});
+  auto const a = d.t.access_stats();
+  d.insert_or_assign({1}, {1});  // tick 1, into an empty bucket: its tail word is written
+  auto const b = d.t.access_stats();
+  expect_delta(a, b, {2, 2, 320, 128 + 32}, "first insert, with its tail word");
+  d.insert_or_assign({2}, {2});  // tick 2, the other (empty) bucket
+  auto const s = d.snapshot();
+  std::uint32_t const bucket_of_1 = s[0].keys[0] == 1 || s[0].keys[1] == 1 ? 0 : 1;
+  ASSERT_TRUE(s[1 - bucket_of_1].keys[0] == 2 || s[1 - bucket_of_1].keys[1] == 2);
+  auto const c0 = d.t.access_stats();
+  // New key at capacity: two probes (320); one tail line (128); the smallest word is key 1's
+  // bucket, and its true oldest score (1) is not above the next word (2), so it is the victim:
+  // its probe and scores (160 + 128) and value (32). Writes: the victim's slot (128) and its
+  // bucket's refreshed word (32); the new slot (128), plus its bucket's word (32) when the new
+  // key lands in the bucket just emptied.
+  auto const r = d.insert_or_assign({3}, {3});  // tick 3
+  ASSERT_EQ(r.evicted_keys.size(), 1u);
+  EXPECT_EQ(r.evicted_keys[0], 1u) << "the tail index finds the oldest entry";
+  bool const same = ccht::candidates(3, d.t.ref().view().seed, 2).first == bucket_of_1;
+  auto const c1 = d.t.access_stats();
+  expect_delta(c0, c1,
+               {2 + 1 + 1, 2u + (same ? 2u : 1u), 320 + 128 + 160 + 128 + 32,
+                128 + 32 + 128 + (same ? 32u : 0u)},
+               "tail-index eviction");
+  EXPECT_EQ(d.t.ref().view().tails[bucket_of_1], same ? 3u : ccht::detail::no_rank);
 }
 
 template <class Policy>

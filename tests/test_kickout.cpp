@@ -487,15 +487,18 @@ TEST(Kickout, RandomVictimIsANonEmptySlotAndVaries) {
   for (tick_type tick = 1; tick <= 11; ++tick) {
     key_type ek = 0;
     value_type ev = 0;
+    std::uint32_t vb = ~0u;
     ASSERT_TRUE(ccht::detail::evict_global<ccht::global_layer::random>(
-        ccht::scalar_tile{}, t.view, tick, 0, 1, ek, ev, nullptr));
+        ccht::scalar_tile{}, t.view, tick, 0, 1, ek, ev, vb, nullptr));
     EXPECT_EQ(ek, 1000 + ev);
+    EXPECT_LT(vb, t.view.num_buckets);
     EXPECT_TRUE(evicted.insert(ek).second) << "evicted twice: " << ek;
   }
   key_type ek = 0;
   value_type ev = 0;
+  std::uint32_t vb = ~0u;
   EXPECT_FALSE(ccht::detail::evict_global<ccht::global_layer::random>(
-      ccht::scalar_tile{}, t.view, 99, 0, 1, ek, ev, nullptr))
+      ccht::scalar_tile{}, t.view, 99, 0, 1, ek, ev, vb, nullptr))
       << "an empty table has no victim";
 }
 

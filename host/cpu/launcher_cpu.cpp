@@ -248,6 +248,11 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
       s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(sizeof(std::uint64_t)));
       *s.view.live = 0;
     }
+    if (s.tail_index) {
+      s.view.tails = static_cast<score_type*>(
+          cpu_backend::allocate(std::size_t{num_buckets} * sizeof(score_type)));
+      std::fill(s.view.tails, s.view.tails + num_buckets, no_rank);
+    }
     if (count_accesses) {
       s.counts = static_cast<access_counts*>(cpu_backend::allocate(sizeof(access_counts)));
       *s.counts = {};
@@ -272,6 +277,7 @@ void cpu_launcher::destroy(table_state& s) noexcept {
   cpu_backend::deallocate(s.view.versions);
   cpu_backend::deallocate(s.clock);
   cpu_backend::deallocate(s.view.live);
+  cpu_backend::deallocate(s.view.tails);
   cpu_backend::deallocate(s.counts);
   s = {};
 }
@@ -294,6 +300,7 @@ void cpu_launcher::clear(table_state const& s, stream_type) {
       store_relaxed(k, empty_key);
     }
     if (s.view.live != nullptr && removed != 0) { add_live(s.view.live, -removed); }
+    if (s.view.tails != nullptr) { store_relaxed(s.view.tails[b], no_rank); }  // empty now
     store_release(s.view.versions[b], v + 1);
   }
 }

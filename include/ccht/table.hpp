@@ -21,6 +21,24 @@
 
 namespace ccht {
 
+/**
+ * @brief How the global layer of ccht::double_lru and ccht::lru_cht finds its victim (see
+ *        core/global.hpp and docs/global-layer.md). coarse_lru and random_cht always sample.
+ */
+enum class victim_search {
+  /// A word per bucket holding a lower bound of its oldest score, 16 buckets per 128-byte line:
+  /// an eviction ranks `global_samples` buckets (rounded up to 16, at most 64) by reading their
+  /// lines, then verifies the best under its lock. 8 bytes per bucket. The default.
+  tail_index,
+  /// Read `global_samples` buckets themselves and evict the oldest of their tails.
+  sampled,
+};
+
+/// Buckets a tail-index search ranks by default: four lines (docs/global-layer.md).
+inline constexpr std::uint32_t default_tail_samples = 64;
+/// Buckets a sampled search reads by default (docs/global-layer.md).
+inline constexpr std::uint32_t default_sampled_buckets = 8;
+
 /// Construction options of a ccht::table.
 struct table_options {
   /// Hash seed; tables with different seeds place keys differently.
@@ -33,8 +51,11 @@ struct table_options {
    * capacity / num_slots().
    */
   std::size_t capacity = 0;
-  /// Global capacity layer: buckets sampled per global eviction (at least 1).
-  std::uint32_t global_samples = 8;
+  /// Global capacity layer: buckets ranked per global eviction; 0 picks the search's default
+  /// (default_tail_samples for the tail index, default_sampled_buckets otherwise).
+  std::uint32_t global_samples = 0;
+  /// Global capacity layer of double_lru and lru_cht: how the victim is found.
+  victim_search global_search = victim_search::tail_index;
   /// CPU backend: count buckets and bytes touched (see access_stats()). Off by default.
   bool count_accesses = false;
 };

@@ -26,9 +26,14 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
                   "Capacity over table slots, in (0, 1], for ccht-double-lru and ccht-coarse-lru")
       ->capture_default_str();
   app->add_option("--global-samples", o.replay.global_samples,
-                  "Buckets sampled per global eviction (ccht-double-lru, ccht-coarse-lru)")
+                  "Buckets ranked per global eviction (ccht-double-lru, ccht-coarse-lru, cht-lru); "
+                  "0: 64 with the tail index, else 8")
+      ->capture_default_str();
+  app->add_option("--global-search", o.replay.global_search,
+                  "Victim search of ccht-double-lru and cht-lru: tail-index (16 buckets per line "
+                  "read) or sampled (one bucket per read)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::IsMember({"tail-index", "sampled"}));
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -141,8 +146,13 @@ int main(int argc, char** argv) {
   paper->add_option("--ratio", po.ratios, "Cache/table ratios")->delimiter(',')->capture_default_str();
   paper->add_option("--batch", po.replay.batch, "Requests per table call")->capture_default_str();
   paper->add_option("--backend", po.replay.backend, "cpu or cuda")->capture_default_str();
-  paper->add_option("--global-samples", po.replay.global_samples, "Buckets sampled per global eviction")
+  paper->add_option("--global-samples", po.replay.global_samples,
+                    "Buckets ranked per global eviction; 0: 64 with the tail index, else 8")
       ->capture_default_str();
+  paper->add_option("--global-search", po.replay.global_search,
+                    "Victim search of double LRU and LRU-CHT: tail-index or sampled")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tail-index", "sampled"}));
   paper->add_option("--out", po.out_dir, "Results folder (default results/paper-<time>)");
   paper->add_flag("!--no-sweep", po.sweep, "Skip the 0.1-0.9 ratio sweep");
   paper->add_flag("!--no-plot", po.plot, "Do not draw PNG plots");

@@ -26,7 +26,9 @@ struct replay_options {
   /// ccht-coarse-lru): slots = capacity / ratio. The plain ccht-* policies have no global layer,
   /// so their slots are the capacity rounded down to whole buckets.
   double slots_ratio = 0.9;
-  std::uint32_t global_samples = 8;  ///< buckets sampled per global eviction
+  std::uint32_t global_samples = 0;  ///< buckets ranked per global eviction (0: the default)
+  /// Victim search of ccht-double-lru and cht-lru: "tail-index" or "sampled" (ccht::victim_search).
+  std::string global_search = "tail-index";
   int cpu_threads = 1;        ///< CPU backend threads per call
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
 };

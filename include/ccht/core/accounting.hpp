@@ -8,7 +8,9 @@
  * promotion writes one score sector; an eviction reads the scores line; a slot write writes one
  * sector each of key, value and score plus the version word. A kick (kick-out policies) reads the
  * displaced entry's value and score sectors and writes its slot; the next bucket of the chain is
- * a probe. With one thread and batch size 1 the counts are deterministic.
+ * a probe. A line of the tail index (core/global.hpp) read, or a word of it written, counts as one
+ * bucket access, as it costs one memory transaction. With one thread and batch size 1 the counts
+ * are deterministic.
  */
 #pragma once
 
@@ -68,6 +70,20 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void count_slot_write(access_counts* a) noexce
   if (a) {
     a->bucket_writes += 1;
     a->bytes_written += 4 * sector;
+  }
+}
+/// Counts reading one 128-byte line of the tail index (counted as one bucket read).
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void count_tail_read(access_counts* a) noexcept {
+  if (a) {
+    a->bucket_reads += 1;
+    a->bytes_read += 4 * sector;
+  }
+}
+/// Counts writing one word of the tail index (counted as one bucket write).
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void count_tail_write(access_counts* a) noexcept {
+  if (a) {
+    a->bucket_writes += 1;
+    a->bytes_written += sector;
   }
 }
 }  // namespace detail

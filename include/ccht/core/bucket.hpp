@@ -59,8 +59,11 @@ struct bucket_array_view {
   std::uint64_t* live = nullptr;
   /// Global capacity layer only: most entries held (at most the slots).
   std::uint64_t capacity = 0;
-  /// Global capacity layer only: buckets sampled per global eviction.
+  /// Global capacity layer only: buckets ranked per global eviction.
   std::uint32_t samples = 8;
+  /// Double LRU / LRU-CHT only, null otherwise: the tail index, one word per bucket holding a
+  /// lower bound of its oldest score (core/global.hpp); null means sampled buckets.
+  score_type* tails = nullptr;
   /// Kick-out policies only: most residents one insert displaces before the homeless one is
   /// evicted (ccht::kick_threshold, the paper's 2000; 0 counts as 1).
   std::uint32_t max_kicks = 2000;

@@ -235,6 +235,7 @@ struct bucket_ops {
     op_status status;
     bucket<BucketSize>* target = nullptr;
     int slot = -1;
+    bool target_empty = false;  // a new entry goes into an empty bucket
     if (r1.match >= 0) {
       target = &b1;
       slot = r1.match;
@@ -253,10 +254,12 @@ struct bucket_ops {
         // filling (and evicting in-bucket) while the table still has room.
         target = &b1;
         slot = r1.empty;
+        target_empty = r1.free == BucketSize;
         status = op_status::inserted;
       } else if (r2.empty >= 0) {
         target = &b2;
         slot = r2.empty;
+        target_empty = r2.free == BucketSize;
         status = op_status::inserted;
       } else {
         score_type m1, m2;
@@ -272,17 +275,25 @@ struct bucket_ops {
       }
     }
 
+    // Tail index (global.hpp): a new entry can be a bucket's oldest only in a bucket that was
+    // empty, or that the global eviction below may empty (its word is then refreshed first).
+    bool note_tail = false;
     if constexpr (Policy::global != global_layer::none) {
       if (status == op_status::inserted) {  // a new entry: does it fit the capacity?
+        std::uint32_t const target_index = target == &b1 ? cb.first : cb.second;
+        note_tail = v.tails != nullptr && target_empty;
         std::uint64_t before = 0;
         if (tile.thread_rank() == 0) { before = detail::add_live(v.live, 1); }
         before = tile.shfl(before, 0);
+        std::uint32_t victim_bucket = ~std::uint32_t{0};
         if (before >= v.capacity &&
             detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
-                                                 evicted_value, acc)) {
+                                                 evicted_value, victim_bucket, acc)) {
           if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
           status = op_status::inserted_evicted;
+          note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
         }
+        if (note_tail) { detail::count_tail_write(acc); }
       }
     }
 
@@ -300,6 +311,9 @@ struct bucket_ops {
         detail::store_relaxed(target->values[slot], value);
         detail::store_relaxed(score, Policy::on_insert(tick));
         detail::store_relaxed(target->keys[slot], key);
+        if (note_tail) {
+          detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick));
+        }
       }
       detail::store_release(v.versions[hi], vhi + 1);
       detail::store_release(v.versions[lo], vlo + 1);

@@ -13,6 +13,20 @@
  * global_layer::random (Random-CHT) stops at the first non-empty sample and evicts a uniformly
  * random entry of it: one bucket read unless the table is nearly empty.
  *
+ * Tail index (entry_lru only, when view.tails is set; the default of ccht::table). One 8-byte word
+ * per bucket, 16 buckets per 128-byte line, holds a lower bound of the bucket's oldest score. A
+ * global eviction reads ceil(samples / 16) random lines of it (at most 4) instead of `samples`
+ * buckets, then locks the bucket with the smallest word and reads its true oldest score. If that
+ * is no larger than the next smallest word of the lines, it is the oldest entry of all the lines'
+ * buckets (the others' words are lower bounds), and it is the victim. Otherwise the word was stale:
+ * it is corrected and the search goes on. So, run serially, the victim is the oldest entry of the
+ * 16 x lines buckets drawn: two lines rank 32 buckets for the price of about four bucket reads.
+ * The bound holds because scores only grow (promotions, lru ticks) and removals only raise a
+ * bucket's oldest score; the writers that can lower it (a new entry in an empty bucket, an entry
+ * that a kick moves in) lower the word too, under the bucket's lock. Under concurrency a slightly
+ * older tick taken by a racing insert can undercut a word by the skew of concurrent ticks; that
+ * only blurs the victim choice, as the victim is always verified under its lock.
+ *
  * The inserting operation already holds its two candidate buckets' locks. To stay deadlock-free
  * it only *tries* to lock a third bucket; on failure it samples again. After every attempt fails
  * (possible only under contention) it walks the table from a sampled bucket, still with
@@ -157,6 +171,62 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void count_rank(access_counts* acc) noexcept {
   if constexpr (G != global_layer::random) { count_scores<B>(acc); }
 }
 
+/// One attempt (lane 0) to lock a bucket; on success the tile may access it. @return odd
+/// version held, or 0, on every lane
+template <class Tile>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t try_hold(Tile const& tile,
+                                                         std::uint32_t& version) noexcept {
+  std::uint32_t held = 0;
+  if (tile.thread_rank() == 0) {
+    held = try_lock_bucket(version);
+    if (held) { fence_release(); }  // slot stores must not be seen before the odd version
+  }
+  held = tile.shfl(held, 0);
+  if (held) { fence_acquire(); }
+  return held;
+}
+
+// ---- tail index ---------------------------------------------------------------------------------
+
+/// Buckets per line of the tail index (a 128-byte line of 8-byte words).
+inline constexpr std::uint32_t tail_line_buckets = 16;
+/// Most tail-index lines one global eviction reads.
+inline constexpr std::uint32_t max_tail_lines = 4;
+
+/// Lines of the tail index one global eviction reads to rank @p samples buckets.
+CCHT_HOST_DEVICE constexpr std::uint32_t tail_lines_for(std::uint32_t samples) noexcept {
+  std::uint32_t const l = (samples + tail_line_buckets - 1) / tail_line_buckets;
+  return l == 0 ? 1 : (l > max_tail_lines ? max_tail_lines : l);
+}
+
+/// First bucket of tail-index line draw @p i for the operation with tick @p tick (deterministic).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t tail_line(bucket_array_view<B> const& v,
+                                                          tick_type tick, std::uint32_t i) noexcept {
+  std::uint32_t const lines = (v.num_buckets + tail_line_buckets - 1) / tail_line_buckets;
+  std::uint64_t const h = hash64(tick * 0xC2B2AE3D27D4EB4Full + i, v.seed ^ 0x7e7e7e7e7e7e7e7eull);
+  return static_cast<std::uint32_t>((std::uint64_t{static_cast<std::uint32_t>(h)} * lines) >> 32) *
+         tail_line_buckets;
+}
+
+/// Lowers bucket @p b's tail word to @p s (lane 0; the caller holds the bucket).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void lower_tail(bucket_array_view<B> const& v, std::uint32_t b,
+                                                  score_type s) noexcept {
+  score_type& t = v.tails[b];
+  if (s < load_relaxed(t)) { store_relaxed(t, s); }
+}
+
+/// Sets held bucket @p b's tail word to its true oldest score (no_rank when empty).
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void refresh_tail(Tile const& tile, bucket_array_view<B> const& v,
+                                                    std::uint32_t b, access_counts* acc) noexcept {
+  int slot;
+  score_type const r = bucket_rank<global_layer::entry_lru>(tile, v.buckets[b], slot);
+  if (tile.thread_rank() == 0) { store_relaxed(v.tails[b], r); }
+  count_tail_write(acc);
+}
+
 /// A global victim whose bucket the caller now holds.
 struct global_victim {
   std::uint32_t bucket = 0;  ///< bucket index
@@ -165,12 +235,101 @@ struct global_victim {
 };
 
 /**
+ * @brief The tail-index search (see the file comment): locks the oldest entry of the buckets of
+ *        tail_lines_for(v.samples) random lines, correcting stale words on the way.
+ * @return true with @p out set; false when two rounds of lines found only empty or busy buckets
+ */
+template <class Tile, int B>
+CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> const& v,
+                                       tick_type tick, std::uint32_t own_a, std::uint32_t own_b,
+                                       global_victim& out, access_counts* acc) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  constexpr int W = static_cast<int>(tail_line_buckets);
+  static_assert(W % T == 0, "the tile size must divide a tail-index line");
+  constexpr int per_lane = static_cast<int>(max_tail_lines) * W / T;
+  std::uint32_t const lines = tail_lines_for(v.samples);
+  // Each word is corrected at most once per round, then accepted: 2 checks per bucket suffice.
+  std::uint32_t const max_checks = 2 * lines * tail_line_buckets;
+  int const lane = static_cast<int>(tile.thread_rank());
+  for (std::uint32_t round = 0; round < 2; ++round) {
+    score_type word[per_lane];
+    std::uint32_t bucket_of[per_lane];
+    int n = 0;
+    for (std::uint32_t l = 0; l < lines; ++l) {
+      std::uint32_t const first = tail_line(v, tick, round * max_tail_lines + l);
+      count_tail_read(acc);
+      for (int j = lane; j < W; j += T, ++n) {
+        std::uint32_t const b = first + static_cast<std::uint32_t>(j);
+        bucket_of[n] = b;
+        word[n] = b < v.num_buckets ? load_relaxed(v.tails[b]) : no_rank;
+      }
+    }
+    auto const correct = [&](std::uint32_t b, score_type w) {
+      for (int i = 0; i < n; ++i) {
+        if (bucket_of[i] == b) { word[i] = w; }
+      }
+    };
+    for (std::uint32_t check = 0; check < max_checks; ++check) {
+      // The smallest word (ties to the lower bucket) and the next smallest, over the tile.
+      score_type m1 = no_rank, m2 = no_rank;
+      std::uint32_t b1 = ~std::uint32_t{0};
+      for (int i = 0; i < n; ++i) {
+        if (word[i] < m1 || (word[i] == m1 && bucket_of[i] < b1)) {
+          m2 = m1 < m2 ? m1 : m2;
+          m1 = word[i];
+          b1 = bucket_of[i];
+        } else if (word[i] < m2) {
+          m2 = word[i];
+        }
+      }
+      for (unsigned off = T / 2; off > 0; off >>= 1) {
+        score_type const om1 = tile.shfl_xor(m1, off);
+        std::uint32_t const ob1 = tile.shfl_xor(b1, off);
+        score_type const om2 = tile.shfl_xor(m2, off);
+        if (om1 < m1 || (om1 == m1 && ob1 < b1)) {
+          m2 = m1 < om2 ? m1 : om2;
+          m1 = om1;
+          b1 = ob1;
+        } else if (om1 < m2) {
+          m2 = om1;
+        }
+      }
+      if (m1 == no_rank) { break; }  // every bucket of the lines is empty or busy
+      bool const own = b1 == own_a || b1 == own_b;
+      std::uint32_t const held = own ? 0 : try_hold(tile, v.versions[b1]);
+      if (!own && held == 0) {  // busy: leave it to its writer
+        correct(b1, no_rank);
+        continue;
+      }
+      int slot;
+      score_type const r = bucket_rank<global_layer::entry_lru>(tile, v.buckets[b1], slot);
+      count_rank<global_layer::entry_lru, B>(acc);
+      if (r != no_rank && (r <= m2 || check + 1 == max_checks)) {
+        out.bucket = b1;
+        out.slot = slot;
+        out.held = held;
+        return true;
+      }
+      // A stale word: correct it (exact now, under the lock) and look again.
+      if (tile.thread_rank() == 0) {
+        store_relaxed(v.tails[b1], r);
+        if (!own) { store_release(v.versions[b1], held + 1); }
+      }
+      count_tail_write(acc);
+      correct(b1, r);
+    }
+  }
+  return false;
+}
+
+/**
  * @brief Chooses the victim of global layer @p G and locks its bucket (try-lock, unless it is
  *        @p own_a or @p own_b, whose locks the caller's tile already holds), without evicting.
  *
  * The caller then evicts it (or, for a kick-out insert whose chain failed, releases it intact)
- * and releases the bucket with release_victim(). entry_lru / bucket_lru rank @p samples buckets
- * per round and take the best; random takes the first non-empty sample of a round and a
+ * and releases the bucket with release_victim(). entry_lru with a tail index searches it first
+ * (lock_tail_victim); otherwise, or when that fails, entry_lru / bucket_lru rank @p samples
+ * buckets per round and take the best; random takes the first non-empty sample of a round and a
  * uniformly random entry in it.
  * @return true with @p out set; false when every attempt failed (see the file comment)
  */
@@ -179,6 +338,11 @@ CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> 
                                          tick_type tick, std::uint32_t own_a, std::uint32_t own_b,
                                          global_victim& out, access_counts* acc) noexcept {
   static_assert(G != global_layer::none, "no global layer");
+  if constexpr (G == global_layer::entry_lru) {
+    if (v.tails != nullptr && lock_tail_victim(tile, v, tick, own_a, own_b, out, acc)) {
+      return true;
+    }
+  }
   constexpr int attempts = 4;
   std::uint32_t const k = v.samples == 0 ? 1 : v.samples;
   // Sampled rounds, then one lap of the table from a sampled bucket.
@@ -264,21 +428,28 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_arra
   count_slot_write(acc);
   ek = tile.shfl(ek, 0);
   ev = tile.shfl(ev, 0);
+  if (v.tails != nullptr) {  // the bucket's oldest entry just left: its word is exact again
+    tile.sync();             // lane 0's store of the empty key, for the other lanes' scan
+    refresh_tail(tile, v, gv.bucket, acc);
+  }
 }
 
 /**
  * @brief Evicts one entry chosen by the global layer @p G. The caller's tile holds the locks of
  *        buckets @p own_a and @p own_b (which may also hold the victim).
- * @return true when an entry was evicted (written to @p ek / @p ev, on every lane)
+ * @return true when an entry was evicted (written to @p ek / @p ev, its bucket to
+ *         @p victim_bucket, on every lane)
  */
 template <global_layer G, class Tile, int B>
 CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const& v, tick_type tick,
                                    std::uint32_t own_a, std::uint32_t own_b, key_type& ek,
-                                   value_type& ev, access_counts* acc) noexcept {
+                                   value_type& ev, std::uint32_t& victim_bucket,
+                                   access_counts* acc) noexcept {
   global_victim gv;
   if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
   take_victim(tile, v, gv, ek, ev, acc);
   release_victim(tile, v, gv);
+  victim_bucket = gv.bucket;
   return true;
 }
 

@@ -72,21 +72,6 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int kick_slot(std::uint64_t seed, tick_type ti
   return s;
 }
 
-/// One attempt (lane 0) to lock a bucket; on success the tile may access it. @return odd
-/// version held, or 0, on every lane
-template <class Tile>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t try_hold(Tile const& tile,
-                                                         std::uint32_t& version) noexcept {
-  std::uint32_t held = 0;
-  if (tile.thread_rank() == 0) {
-    held = try_lock_bucket(version);
-    if (held) { fence_release(); }  // slot stores must not be seen before the odd version
-  }
-  held = tile.shfl(held, 0);
-  if (held) { fence_acquire(); }
-  return held;
-}
-
 /// Free slot of held bucket @p bi whose first empty slot is @p empty: a chosen global victim
 /// in it counts as free (and is preferred: overwriting it saves a second slot write).
 CCHT_HOST_DEVICE CCHT_FORCEINLINE int free_slot(std::uint32_t bi, int empty, bool victim,
@@ -174,10 +159,13 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
   bool dropped = false;      // the chain failed: hk / hv is homeless and evicted
   std::uint32_t kicks = 0;
 
-  // Writes the homeless entry into slot @p f of held bucket @p bi.
-  auto const place = [&](std::uint32_t bi, int f) {
+  // Writes the homeless entry into slot @p f of held bucket @p bi. A moved resident, or any entry
+  // in an empty bucket, may be older than the bucket's tail word (see global.hpp): lower it.
+  auto const place = [&](std::uint32_t bi, int f, bool was_empty) {
     bucket<B>& t = v.buckets[bi];
     count_slot_write(acc);
+    bool const lower = v.tails != nullptr && (hk != key || was_empty);
+    if (lower) { count_tail_write(acc); }
     if (tile.thread_rank() == 0) {
       if (victim && bi == gv.bucket && f == gv.slot) {
         evicted_key = load_relaxed(t.keys[f]);
@@ -186,6 +174,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
       store_relaxed(t.values[f], hv);
       store_relaxed(t.scores[f], hs);
       store_relaxed(t.keys[f], hk);
+      if (lower) { lower_tail(v, bi, hs); }
     }
     if (victim && bi == gv.bucket && f == gv.slot) { used_victim = true; }
   };
@@ -196,9 +185,9 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
   std::uint32_t extra = no_bucket;  // chain bucket held beyond the two and the victim's
   std::uint32_t extra_held = 0;
   if (f1 >= 0) {
-    place(cb.first, f1);
+    place(cb.first, f1, r1.free == B);
   } else if (f2 >= 0) {
-    place(cb.second, f2);
+    place(cb.second, f2, r2.free == B);
   } else {
     // 3. The kick chain. dst is held and full; the new key's slot, once placed, is (kb, ks).
     std::uint32_t const max_kicks = v.max_kicks == 0 ? 1 : v.max_kicks;
@@ -259,7 +248,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
       count_probe<B>(acc);
       int const f = free_slot(nxt, scan_locked(tile, v.buckets[nxt], hk).empty, victim, gv);
       if (f >= 0) {
-        place(nxt, f);
+        place(nxt, f, false);
         break;
       }
       dst = nxt;

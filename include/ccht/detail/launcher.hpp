@@ -32,6 +32,7 @@ struct table_state {
   std::size_t* sticky_reject = nullptr;  ///< CUDA: first rejected index of an async call, ~0 if none
   int cpu_threads = 0;                   ///< CPU: threads per bulk call (0: OpenMP default)
   access_counts* counts = nullptr;       ///< CPU: access counters (host memory) when counting
+  bool tail_index = false;  ///< create() allocates view.tails (double LRU / LRU-CHT layer)
 };
 
 /// Marks "no reserved key seen" in a reject word.
@@ -40,8 +41,9 @@ inline constexpr std::size_t no_reject = ~std::size_t{0};
 #define CCHT_DECLARE_LAUNCHER_INTERFACE(STREAM)                                                   \
   using stream_type = STREAM;                                                                     \
   /** Allocates and initialises storage for @p num_buckets buckets; frees all on failure.        \
-      Also allocates the live-entry word when s.view.capacity != 0, and the access counters  \
-      when @p count_accesses (a backend may ignore it). */                                    \
+      Also allocates the live-entry word when s.view.capacity != 0, the tail index when      \
+      s.tail_index, and the access counters when @p count_accesses (a backend may ignore    \
+      it). */                                                                                 \
   static void create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed,               \
                      bool count_accesses);                                                         \
   /** Frees storage; leaves @p s empty. */                                                        \

@@ -70,13 +70,14 @@ table<Backend, Policy>::table(std::size_t num_slots, table_options options) : op
                 std::string("capacity below the slots needs a policy with a global capacity "
                             "layer (double_lru, coarse_lru), not ") + Policy::name);
   }
-  if (options.global_samples == 0) {
-    throw error(error_code::invalid_argument, "global_samples must be at least 1");
-  }
   state_.cpu_threads = options.cpu_threads;
   if constexpr (Policy::global != global_layer::none) {
     state_.view.capacity = options.capacity ? options.capacity : slots;
-    state_.view.samples = options.global_samples;
+    state_.tail_index = Policy::global == global_layer::entry_lru &&
+                        options.global_search == victim_search::tail_index;
+    state_.view.samples = options.global_samples != 0 ? options.global_samples
+                          : state_.tail_index        ? default_tail_samples
+                                                     : default_sampled_buckets;
   }
   launcher::create(state_, nb, options.seed, options.count_accesses);
 }
