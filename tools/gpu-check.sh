@@ -8,7 +8,8 @@
 # 2. On the device machine, through the device tool, from the repository root:
 #      command: tools/gpu-check.sh        carry: ["build-gpu-deps"]       timeout_s: 540
 #    It prints the GPU and date, configures with -DCCHT_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90,
-#    builds, runs the GPU tests (ctest -L cuda), runs ccht_bench_gpu, then the remaining tests,
+#    builds, runs the GPU tests (ctest -L cuda), runs ccht_bench_gpu and `ccht paper --backend
+#    cuda` (GPU_CHECK_PAPER_ARGS overrides its arguments), then the remaining tests,
 #    and writes everything under $OUT (if set; else build-gpu-check/): gpu-check.log (all output),
 #    ctest-cuda.log (every GPU test's output), bench.md (the benchmark's Markdown tables) and
 #    summary.txt. The summary prints last.
@@ -149,6 +150,22 @@ if timeout 300 "$build/ccht_bench_gpu" ${GPU_CHECK_BENCH_ARGS:---log2-slots 26 -
 else
   note "FAIL: ccht_bench_gpu (see bench.md)"
   status=1
+fi
+
+# ---- the paper's evaluation on the CUDA backend -------------------------------------------------
+# Large batches and a 16M-entry cache (a ~0.7 GB table at ratio 0.9): big enough that the table
+# is far out of the GPU's L2, small enough that the host-side YCSB generation and the exact-LRU
+# reference finish in minutes. GPU_CHECK_PAPER_ARGS overrides the arguments.
+paper_args=${GPU_CHECK_PAPER_ARGS:---backend cuda --batch 1048576 --capacity 16777216 --keys 67108864 --requests 33554432 --no-sweep --no-plot}
+if [ "$tools" = ON ] && [ -x "$build/tools/ccht" ]; then
+  step "ccht paper $paper_args"
+  # shellcheck disable=SC2086
+  if timeout 420 "$build/tools/ccht" paper $paper_args --out "$out/paper" | tee "$out/paper.md"; then
+    note "ccht paper --backend cuda: done (paper.md, paper/)"
+  else
+    note "FAIL: ccht paper --backend cuda"
+    status=1
+  fi
 fi
 
 # ---- the rest of the suite ----------------------------------------------------------------------

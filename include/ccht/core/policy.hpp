@@ -130,7 +130,8 @@ struct coarse_lru : lru {
  * @brief LRU-CHT, the paper's first baseline: a plain cuckoo table (a new key that finds both
  *        buckets full kicks a resident to its other bucket, up to kick_threshold displacements;
  *        see core/kickout.hpp) plus a global LRU that picks the victim when the capacity is
- *        reached (the same sampled entry_lru layer as double_lru, so hit ratios compare).
+ *        reached (the same entry_lru layer as double_lru, tail index included, so hit ratios
+ *        compare). A kick that moves an entry lowers its new bucket's tail word.
  *        Scores are lru's. Readers may miss a key while a kick chain moves it.
  */
 struct lru_cht : lru {
