@@ -54,10 +54,17 @@ struct bench_options {
   std::uint64_t seed = 1;         ///< key seed
   bool json = false;              ///< JSON Lines instead of Markdown
   bool peer = true;               ///< also measure libcuckoo (CPU)
+  /// Table policies to time on the same keys (empty: ccht-lru against libcuckoo).
+  std::vector<std::string> policies;
+  double ratio = 0.9;             ///< with policies: cache/table ratio (capacity / slots)
+  std::uint32_t global_samples = 0;       ///< with policies: buckets ranked per global eviction
+  std::string global_search = "tail-index";  ///< with policies: tail-index or sampled
 };
 
 /// `ccht bench`.
 int cmd_bench(bench_options const& opt);
+/// `ccht bench --policy ...`: several table policies as caches on the same key streams.
+int cmd_bench_policies(bench_options const& opt);
 
 /// Options of `ccht compare`.
 struct compare_options {

@@ -118,6 +118,20 @@ int main(int argc, char** argv) {
   bench->add_option("--seed", b.seed, "Key seed")->capture_default_str();
   bench->add_flag("--json", b.json, "JSON Lines instead of Markdown");
   bench->add_flag("!--no-peer", b.peer, "Skip libcuckoo");
+  bench->add_option("--policy", b.policies,
+                    "Time these table policies as caches on the same keys instead (ccht-lru, "
+                    "ccht-double-lru, cht-lru, ...); the first is the reference")
+      ->delimiter(',');
+  bench->add_option("--ratio", b.ratio,
+                    "With --policy: cache/table ratio; each table is filled to ratio x slots")
+      ->capture_default_str();
+  bench->add_option("--global-samples", b.global_samples,
+                    "With --policy: buckets ranked per global eviction (0: the search's default)")
+      ->capture_default_str();
+  bench->add_option("--global-search", b.global_search,
+                    "With --policy: victim search of ccht-double-lru and cht-lru")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tail-index", "sampled"}));
 
   // compare
   auto* compare = app.add_subcommand("compare", "Miss ratios and throughput of every policy on the "
@@ -181,7 +195,7 @@ int main(int argc, char** argv) {
       work_opt.policies = split(work_policies);
       return cli::cmd_workload(w, work_opt);
     }
-    if (*bench) { return cli::cmd_bench(b); }
+    if (*bench) { return b.policies.empty() ? cli::cmd_bench(b) : cli::cmd_bench_policies(b); }
     if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {
       c.format = sim::parse_trace_format(compare_format);
