@@ -106,6 +106,7 @@ template <bool Promotes>
 struct prefetcher {
   bucket_array_view<B> v;
   key_type const* keys;
+  tick_type base = 0;  ///< tick of element 0 (the tail index's draws depend on it)
   stage_state ring[ring_size];
 
   CCHT_FORCEINLINE stage_state& at(std::size_t i) { return ring[i % ring_size]; }
@@ -161,6 +162,42 @@ struct prefetcher {
   CCHT_FORCEINLINE void upsert3(std::size_t i) {
     prefetch_line_pair(v.buckets[at(i).cb.first].values, true);
     prefetch_line_pair(v.buckets[at(i).cb.second].values, true);
+  }
+
+  // ---- the tail index (double LRU, LRU-CHT) at capacity: an upsert of a new key searches it
+  /// Whether upserts now evict through the tail index (a relaxed read of the live count).
+  CCHT_FORCEINLINE bool evicting() const {
+    return v.tails != nullptr && load_relaxed(*v.live) >= v.capacity;
+  }
+  /// Stage 1: the tail-index lines element i's eviction would read first.
+  CCHT_FORCEINLINE void tails1(std::size_t i) {
+    if (!evicting()) { return; }
+    for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
+      score_type const* line = &v.tails[tail_line(v, base + i, l)];
+      prefetch_read(line);
+      prefetch_read(line + 8);
+    }
+  }
+  /// Stage 2: the likely victim, the bucket with the smallest word on those lines (a hint: the
+  /// search itself verifies under the lock).
+  CCHT_FORCEINLINE void tails2(std::size_t i) {
+    if (!evicting()) { return; }
+    score_type best = no_rank;
+    std::uint32_t victim = 0;
+    for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
+      std::uint32_t const first = tail_line(v, base + i, l);
+      for (std::uint32_t b = first; b < first + tail_line_buckets && b < v.num_buckets; ++b) {
+        score_type const w = load_relaxed(v.tails[b]);
+        if (w < best) {
+          best = w;
+          victim = b;
+        }
+      }
+    }
+    if (best == no_rank) { return; }
+    prefetch_write(&v.versions[victim]);
+    prefetch_line_pair(v.buckets[victim].keys, true);
+    prefetch_line_pair(v.buckets[victim].scores, false);
   }
 };
 
@@ -312,7 +349,7 @@ void cpu_launcher::find(table_state const& s, key_type const* keys, value_type* 
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, base, {}};
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
@@ -334,7 +371,7 @@ void cpu_launcher::contains(table_state const& s, key_type const* keys, bool* fo
   check_keys_host({keys, n}, "contains");
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
-    prefetcher<false> pf{v, keys, {}};
+    prefetcher<false> pf{v, keys, 0, {}};
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
@@ -360,12 +397,15 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
-    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, base, {}};
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
-        b, e, [](std::size_t) {},
-        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.update2(i, true); },
+        b, e, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.tails1(i); },
+        [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
+          pf.update2(i, true);
+          pf.tails2(i);
+        },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.upsert3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
           key_type ek = 0;
@@ -388,7 +428,7 @@ void cpu_launcher::erase(table_state const& s, key_type const* keys, std::size_t
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     std::size_t local = 0;
-    prefetcher<false> pf{v, keys, {}};
+    prefetcher<false> pf{v, keys, 0, {}};
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
@@ -415,17 +455,22 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
   auto const v = s.view;
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
-    prefetcher<Policy::promotes_on_hit> pf{v, keys, {}};
+    prefetcher<Policy::promotes_on_hit> pf{v, keys, base, {}};
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     auto stage1 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-      if (ops[i] == op_code::find) { pf.lookup1(i); }
+      if (ops[i] == op_code::find) {
+        pf.lookup1(i);
+      } else if (ops[i] == op_code::insert_or_assign) {
+        pf.tails1(i);
+      }
     };
     auto stage2 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
       if (ops[i] == op_code::find) {
         pf.lookup2(i);
       } else {
         pf.update2(i, ops[i] == op_code::insert_or_assign);
+        if (ops[i] == op_code::insert_or_assign) { pf.tails2(i); }
       }
     };
     auto stage3 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
