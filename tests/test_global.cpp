@@ -473,6 +473,56 @@ TEST(GlobalModelTailIndex, BucketSize16TwoLines) {
   EXPECT_GT(st.global_evictions, 1000u / work_scale);
 }
 
+/// LRU-CHT with the tail index: kicks move old entries between buckets, so each move must lower
+/// the destination's word. Serial random operations on nearly full tables; after every one, the
+/// words are lower bounds, every key written and not reported evicted or erased is found, and
+/// the live count is the number of entries.
+template <int Bs>
+void run_kickout_tail_bounds(std::uint32_t nb, std::uint64_t capacity, std::uint32_t max_kicks,
+                             std::uint32_t universe, int steps, unsigned rng_seed) {
+  using ops = ccht::bucket_ops<ccht::lru_cht, Bs>;
+  global_core<Bs> t(nb, 0x7a11, capacity, 64, true);
+  t.view.max_kicks = max_kicks;
+  ccht::scalar_tile const tile{};
+  std::mt19937_64 rng(rng_seed);
+  std::set<key_type> live;
+  ccht::access_counts acc;
+  for (int step = 0; step < steps; ++step) {
+    key_type const k = (rng() % universe) * 7919 + 3;
+    tick_type const tick = 1 + tick_type(step);
+    unsigned const kind = rng() % 10;
+    if (kind < 3) {
+      value_type v = 0;
+      EXPECT_EQ(ops::find(tile, t.view, k, tick, v), live.count(k) == 1) << "find " << k << " step " << step;
+    } else if (kind < 9) {
+      key_type ek = 0;
+      value_type ev = 0;
+      op_status const st = ops::insert_or_assign(tile, t.view, k, k + 1, tick, ek, ev, &acc);
+      live.insert(k);
+      if (st == op_status::inserted_evicted) {
+        EXPECT_NE(ek, k) << "the new key itself was evicted, step " << step;
+        EXPECT_EQ(live.erase(ek), 1u) << "evicted " << ek << " was not live, step " << step;
+        EXPECT_EQ(ev, ek + 1) << "evicted value, step " << step;
+      }
+    } else {
+      EXPECT_EQ(ops::erase(tile, t.view, k), live.erase(k) == 1) << "erase " << k << " step " << step;
+    }
+    EXPECT_EQ(t.tail_bound_error(), "") << "step " << step;
+    EXPECT_EQ(t.live, live.size()) << "step " << step;
+    EXPECT_LE(t.live, capacity) << "step " << step;
+    if (::testing::Test::HasFailure()) { return; }
+  }
+  for (key_type k : live) { EXPECT_TRUE(ops::contains(tile, t.view, k)) << "lost " << k; }
+  EXPECT_GT(acc.kicks, std::uint64_t(steps) / 100) << "the test should kick";
+}
+TEST(GlobalModelTailIndex, KickOutMovesLowerTheWordsBucketSize4) {
+  // 32 x 4 slots, capacity 120 (94%): long chains, some failing at 50 kicks.
+  run_kickout_tail_bounds<4>(32, 120, 50, 400, 40000 / work_scale, 71);
+}
+TEST(GlobalModelTailIndex, KickOutMovesLowerTheWordsBucketSize2) {
+  run_kickout_tail_bounds<2>(40, 74, 2000, 300, 40000 / work_scale, 72);
+}
+
 /// Storage in which a new key's two candidate buckets are empty and every entry sits in a third
 /// bucket that another writer holds (its version odd), at capacity: the global layer cannot lock
 /// a victim, so the insert goes over capacity. global.hpp: "the live count may then exceed the

@@ -1,7 +1,9 @@
 // `ccht bench --policy a,b,...`: throughput of several table policies on the same key streams in
 // one run, as a cache at a cache/table ratio (--ratio): each table is filled to its capacity, then
 // timed batches mix finds of resident keys, finds of absent keys and inserts of new keys (which
-// evict at capacity). The first policy of the list is the reference of the "vs" column.
+// evict at capacity). The first policy of the list is the reference of the "vs" column. The plain
+// policies (ccht-lru, -fifo, -lfu) have no capacity below their slots: they start at load `ratio`
+// and fill their free slots before they evict, so they are a reference, not a same-size cache.
 #include "commands.hpp"
 #include "output.hpp"
 
@@ -164,8 +166,9 @@ int cmd_bench_policies(bench_options const& o) {
   std::vector<policy_result> results;
   for (std::size_t i = 0; i < tables.size(); ++i) {
     std::sort(secs[i].begin(), secs[i].end());
-    policy_result res{o.policies[i], double(o.batch) / secs[i][secs[i].size() / 2], 0,
-                      *tables[i].evicted};
+    std::size_t const m = secs[i].size();
+    double const median = m % 2 ? secs[i][m / 2] : (secs[i][m / 2 - 1] + secs[i][m / 2]) / 2;
+    policy_result res{o.policies[i], double(o.batch) / median, 0, *tables[i].evicted};
     tables[i] = {};  // free it before the counting replica
     // Accesses from an untimed replica with counting on (counting costs a little time).
     prepared c = prepare_named(o.policies[i], o, s, capacity, true);

@@ -293,7 +293,6 @@ struct bucket_ops {
           status = op_status::inserted_evicted;
           note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
         }
-        if (note_tail) { detail::count_tail_write(acc); }
       }
     }
 
@@ -311,8 +310,9 @@ struct bucket_ops {
         detail::store_relaxed(target->values[slot], value);
         detail::store_relaxed(score, Policy::on_insert(tick));
         detail::store_relaxed(target->keys[slot], key);
-        if (note_tail) {
-          detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick));
+        if (note_tail &&
+            detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick))) {
+          detail::count_tail_write(acc);
         }
       }
       detail::store_release(v.versions[hi], vhi + 1);

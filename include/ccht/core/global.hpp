@@ -210,11 +210,14 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t tail_line(bucket_array_view<B> c
 }
 
 /// Lowers bucket @p b's tail word to @p s (lane 0; the caller holds the bucket).
+/// @return whether the word was written (what access counting counts)
 template <int B>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void lower_tail(bucket_array_view<B> const& v, std::uint32_t b,
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool lower_tail(bucket_array_view<B> const& v, std::uint32_t b,
                                                   score_type s) noexcept {
   score_type& t = v.tails[b];
-  if (s < load_relaxed(t)) { store_relaxed(t, s); }
+  if (s >= load_relaxed(t)) { return false; }
+  store_relaxed(t, s);
+  return true;
 }
 
 /// Sets held bucket @p b's tail word to its true oldest score (no_rank when empty).
