@@ -215,13 +215,41 @@ __global__ void take_sticky_kernel(std::size_t* sticky, std::size_t* words) {
 // ---- per-key operations ------------------------------------------------------------------------
 
 /**
+ * @brief A tile's access counting (core/accounting.hpp): the core's count events are uniform
+ *        across a tile, so only lane 0 gets a counter; it is added to the table's device
+ *        counters once per tile, at the end of the kernel. Null @p total: nothing is counted.
+ */
+struct tile_counts {
+  access_counts local{};
+  access_counts* total;
+
+  template <class Tile>
+  __device__ tile_counts(access_counts* t, Tile const& tile)
+      : total(t != nullptr && tile.thread_rank() == 0 ? t : nullptr) {}
+  /// The pointer to pass to the core (null on lanes other than 0, or when not counting).
+  __device__ access_counts* get() { return total != nullptr ? &local : nullptr; }
+  __device__ void flush() {
+    if (total == nullptr) { return; }
+    auto add = [](std::uint64_t& to, std::uint64_t v) {
+      if (v != 0) { atomicAdd(reinterpret_cast<unsigned long long*>(&to), static_cast<unsigned long long>(v)); }
+    };
+    add(total->bucket_reads, local.bucket_reads);
+    add(total->bucket_writes, local.bucket_writes);
+    add(total->bytes_read, local.bytes_read);
+    add(total->bytes_written, local.bytes_written);
+    add(total->kicks, local.kicks);
+  }
+};
+static_assert(sizeof(std::uint64_t) == sizeof(unsigned long long));
+
+/**
  * @brief Bulk find: found[i] = hit, values[i] = value on a hit; hits are promoted.
  * @param words the batch's reject words (see batch_word)
  */
 template <class Policy, int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     find_kernel(bucket_array_view<B> view, key_type const* keys, value_type* values, bool* found,
-                std::size_t n, std::size_t const* words) {
+                std::size_t n, std::size_t const* words, access_counts* counts) {
   using S = shape<TileSize>;
   using ops = bucket_ops<Policy, B>;
   if (batch_rejected(words, false)) { return; }
@@ -229,31 +257,35 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   auto const tile = this_tile<TileSize>();
   std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
   std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  tile_counts acc(counts, tile);
   for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
     value_type v = 0;
-    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v);
+    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc.get());
     if (tile.thread_rank() == 0) {
       found[i] = hit;
       if (hit) { values[i] = v; }
     }
   }
+  acc.flush();
 }
 
 /// Bulk contains: found[i] = whether keys[i] is present (no promotion).
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     contains_kernel(bucket_array_view<B> view, key_type const* keys, bool* found, std::size_t n,
-                    std::size_t const* words) {
+                    std::size_t const* words, access_counts* counts) {
   using S = shape<TileSize>;
   using ops = bucket_ops<lru, B>;  // contains() does not depend on the policy
   if (batch_rejected(words, false)) { return; }
   auto const tile = this_tile<TileSize>();
   std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
   std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  tile_counts acc(counts, tile);
   for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
-    bool const hit = ops::contains(tile, view, keys[i]);
+    bool const hit = ops::contains(tile, view, keys[i], acc.get());
     if (tile.thread_rank() == 0) { found[i] = hit; }
   }
+  acc.flush();
 }
 
 /**
@@ -265,7 +297,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     insert_or_assign_kernel(bucket_array_view<B> view, key_type const* keys,
                             value_type const* values, std::size_t n, key_type* evicted_keys,
                             value_type* evicted_values, std::size_t* num_evicted,
-                            std::size_t const* words) {
+                            std::size_t const* words, access_counts* counts) {
   using S = shape<TileSize>;
   using ops = bucket_ops<Policy, B>;
   __shared__ eviction_buffer<S::items_per_block> evictions;
@@ -276,12 +308,15 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   auto const tile = this_tile<TileSize>();
   std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
   std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  tile_counts acc(counts, tile);
   for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
     key_type ek = 0;
     value_type ev = 0;
-    op_status const st = ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev);
+    op_status const st =
+        ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc.get());
     if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
   }
+  acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }
 
@@ -289,7 +324,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     erase_kernel(bucket_array_view<B> view, key_type const* keys, std::size_t n,
-                 std::size_t* num_erased, std::size_t const* words) {
+                 std::size_t* num_erased, std::size_t const* words, access_counts* counts) {
   using S = shape<TileSize>;
   using ops = bucket_ops<lru, B>;  // erase() does not depend on the policy
   __shared__ unsigned erased;
@@ -299,10 +334,12 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   auto const tile = this_tile<TileSize>();
   std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
   std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  tile_counts acc(counts, tile);
   for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
-    bool const removed = ops::erase(tile, view, keys[i]);
+    bool const removed = ops::erase(tile, view, keys[i], acc.get());
     if (removed && tile.thread_rank() == 0) { atomicAdd(&erased, 1u); }
   }
+  acc.flush();
   flush_block_count(erased, num_erased);
 }
 
@@ -315,7 +352,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     execute_kernel(bucket_array_view<B> view, op_code const* ops_in, key_type const* keys,
                    value_type const* values, value_type* values_out, op_status* status,
                    std::size_t n, key_type* evicted_keys, value_type* evicted_values,
-                   std::size_t* num_evicted, std::size_t const* words) {
+                   std::size_t* num_evicted, std::size_t const* words, access_counts* counts) {
   using S = shape<TileSize>;
   using ops = bucket_ops<Policy, B>;
   __shared__ eviction_buffer<S::items_per_block> evictions;
@@ -326,6 +363,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   auto const tile = this_tile<TileSize>();
   std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
   std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  tile_counts acc(counts, tile);
   for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
     key_type const key = keys[i];
     tick_type const tick = tick_base + i;
@@ -333,7 +371,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     switch (ops_in[i]) {  // the same element for every lane: the tile stays converged
       case op_code::find: {
         value_type v = 0;
-        if (ops::find(tile, view, key, tick, v)) {
+        if (ops::find(tile, view, key, tick, v, acc.get())) {
           st = op_status::hit;
           if (tile.thread_rank() == 0) { values_out[i] = v; }
         }
@@ -342,16 +380,17 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
       case op_code::insert_or_assign: {
         key_type ek = 0;
         value_type ev = 0;
-        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev);
+        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc.get());
         if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
         break;
       }
       case op_code::erase:
-        st = ops::erase(tile, view, key) ? op_status::hit : op_status::miss;
+        st = ops::erase(tile, view, key, acc.get()) ? op_status::hit : op_status::miss;
         break;
     }
     if (tile.thread_rank() == 0) { status[i] = st; }
   }
+  acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }
 

@@ -191,7 +191,7 @@ void validate(table_state const& s, key_type const* keys, op_code const* ops, st
 // ---- storage -------------------------------------------------------------------------------------
 
 void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64_t seed,
-                          bool /*count_accesses: CPU only*/) {
+                          bool count_accesses) {
   try {
     std::size_t const bucket_bytes = std::size_t{num_buckets} * sizeof(bucket<B>);
     s.view.buckets = static_cast<bucket<B>*>(cuda_backend::allocate(bucket_bytes));
@@ -207,6 +207,9 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     if (s.tail_index) {
       s.view.tails = static_cast<score_type*>(
           cuda_backend::allocate(std::size_t{num_buckets} * sizeof(score_type)));
+    }
+    if (count_accesses) {
+      s.counts = static_cast<access_counts*>(cuda_backend::allocate(sizeof(access_counts)));
     }
     s.view.num_buckets = num_buckets;
     s.view.seed = seed;
@@ -224,6 +227,9 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     check_cuda(cudaMemsetAsync(misc, 0, 128, stream), "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc + 128, 0xff, 128, stream), "cudaMemsetAsync");  // no_reject
     check_cuda(cudaMemsetAsync(misc + 256, 0, 128, stream), "cudaMemsetAsync");      // live = 0
+    if (s.counts != nullptr) {
+      check_cuda(cudaMemsetAsync(s.counts, 0, sizeof(access_counts), stream), "cudaMemsetAsync");
+    }
     if (s.view.tails != nullptr) {  // no_rank: every bucket is empty
       check_cuda(cudaMemsetAsync(s.view.tails, 0xff, std::size_t{num_buckets} * sizeof(score_type),
                                  stream),
@@ -241,10 +247,25 @@ void cuda_launcher::destroy(table_state& s) noexcept {
   cuda_backend::deallocate(s.view.versions);
   cuda_backend::deallocate(s.clock);  // also frees the sticky words (same allocation)
   cuda_backend::deallocate(s.view.tails);
+  cuda_backend::deallocate(s.counts);
   s = {};
 }
 
 std::size_t* cuda_launcher::acquire_words(stream_type stream) { return allocate_words(stream); }
+
+access_counts cuda_launcher::read_counts(table_state const& s) {
+  access_counts c{};
+  if (s.counts != nullptr) {  // cudaMemcpy waits for the legacy stream and blocking streams
+    check_cuda(cudaMemcpy(&c, s.counts, sizeof(c), cudaMemcpyDeviceToHost), "cudaMemcpy (counts)");
+  }
+  return c;
+}
+
+void cuda_launcher::reset_counts(table_state const& s) {
+  if (s.counts != nullptr) {
+    check_cuda(cudaMemset(s.counts, 0, sizeof(access_counts)), "cudaMemset (counts)");
+  }
+}
 
 void cuda_launcher::release_words(std::size_t* words, std::size_t host[2], stream_type stream) {
   std::size_t all[num_call_words];
@@ -320,7 +341,7 @@ void cuda_launcher::find(table_state const& s, key_type const* keys, value_type*
   validate(s, keys, nullptr, n, w, nullptr, true, stream);
   kernels::find_kernel<Policy, B, tile_size>
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, values, found, n, w.reject());
+          s.view, keys, values, found, n, w.reject(), s.counts);
   check_launch("find_kernel launch");
 }
 
@@ -331,7 +352,7 @@ void cuda_launcher::contains(table_state const& s, key_type const* keys, bool* f
   validate(s, keys, nullptr, n, w, nullptr, false, stream);
   kernels::contains_kernel<B, tile_size>
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, found, n, w.reject());
+          s.view, keys, found, n, w.reject(), s.counts);
   check_launch("contains_kernel launch");
 }
 
@@ -349,7 +370,7 @@ void cuda_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   validate(s, keys, nullptr, n, w, num_evicted, true, stream);
   kernels::insert_or_assign_kernel<Policy, B, tile_size>
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, values, n, evicted_keys, evicted_values, num_evicted, w.reject());
+          s.view, keys, values, n, evicted_keys, evicted_values, num_evicted, w.reject(), s.counts);
   check_launch("insert_or_assign_kernel launch");
 }
 
@@ -365,7 +386,7 @@ void cuda_launcher::erase(table_state const& s, key_type const* keys, std::size_
   validate(s, keys, nullptr, n, w, num_erased, false, stream);
   kernels::erase_kernel<B, tile_size>
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, n, num_erased, w.reject());
+          s.view, keys, n, num_erased, w.reject(), s.counts);
   check_launch("erase_kernel launch");
 }
 
@@ -383,7 +404,7 @@ void cuda_launcher::execute(table_state const& s, op_code const* ops, key_type c
   kernels::execute_kernel<Policy, B, tile_size>
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
           s.view, ops, keys, values, values_out, status, n, evicted_keys, evicted_values,
-          num_evicted, w.reject());
+          num_evicted, w.reject(), s.counts);
   check_launch("execute_kernel launch");
 }
 

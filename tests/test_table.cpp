@@ -810,4 +810,48 @@ TEST_F(BadInput, EmptyBatchesAreNoOps) {
   expect_unchanged();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Access accounting on this backend against the CPU backend: run one at a time (batches of one
+// element, one CPU thread), both backends touch the same buckets, operation for operation. On
+// the CPU backend this checks determinism; on CUDA, the kernels' per-tile counting.
+
+template <class Policy>
+void expect_counts_agree(std::size_t slots, std::size_t capacity, unsigned seed) {
+  ccht::table_options opt;
+  opt.cpu_threads = 1;
+  opt.count_accesses = true;
+  opt.capacity = capacity;
+  driver<Backend, Policy> d(slots, opt);
+  driver<ccht::cpu_backend, Policy> ref(slots, opt);
+  std::mt19937_64 rng(seed);
+  op_code const kinds[] = {op_code::find, op_code::find, op_code::insert_or_assign,
+                           op_code::insert_or_assign, op_code::insert_or_assign, op_code::erase};
+  for (int step = 0; step < 3000; ++step) {
+    op_code const op = kinds[rng() % 6];
+    key_type const k = key_of(rng() % (2 * slots));
+    auto const a = d.execute({op}, {k}, {k + 1});
+    auto const b = ref.execute({op}, {k}, {k + 1});
+    ASSERT_EQ(a.status[0], b.status[0]) << "step " << step;
+    auto const ca = d.t.access_stats(), cb = ref.t.access_stats();
+    ASSERT_EQ(ca.bucket_reads, cb.bucket_reads) << "step " << step;
+    ASSERT_EQ(ca.bucket_writes, cb.bucket_writes) << "step " << step;
+    ASSERT_EQ(ca.bytes_read, cb.bytes_read) << "step " << step;
+    ASSERT_EQ(ca.bytes_written, cb.bytes_written) << "step " << step;
+    ASSERT_EQ(ca.kicks, cb.kicks) << "step " << step;
+  }
+  EXPECT_GT(d.t.access_stats().bucket_reads, 3000u);
+  d.t.reset_access_stats();
+  EXPECT_EQ(d.t.access_stats().buckets(), 0u);
+}
+
+TEST_F(TableApi, AccessCountsAgreeWithTheCpuBackendLru) {
+  expect_counts_agree<ccht::lru>(256, 0, 81);
+}
+TEST_F(TableApi, AccessCountsAgreeWithTheCpuBackendDoubleLru) {
+  expect_counts_agree<ccht::double_lru>(512, 400, 82);  // the tail index
+}
+TEST_F(TableApi, AccessCountsAgreeWithTheCpuBackendLruCht) {
+  expect_counts_agree<ccht::lru_cht>(256, 240, 83);  // kicks
+}
+
 }  // namespace

@@ -319,6 +319,14 @@ void cpu_launcher::destroy(table_state& s) noexcept {
   s = {};
 }
 
+access_counts cpu_launcher::read_counts(table_state const& s) {
+  return s.counts != nullptr ? *s.counts : access_counts{};
+}
+
+void cpu_launcher::reset_counts(table_state const& s) {
+  if (s.counts != nullptr) { *s.counts = {}; }
+}
+
 std::size_t cpu_launcher::size(table_state const& s, stream_type) {
   std::size_t n = 0;
   for (std::uint32_t b = 0; b < s.view.num_buckets; ++b) {

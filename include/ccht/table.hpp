@@ -56,7 +56,7 @@ struct table_options {
   std::uint32_t global_samples = 0;
   /// Global capacity layer of double_lru and lru_cht: how the victim is found.
   victim_search global_search = victim_search::tail_index;
-  /// CPU backend: count buckets and bytes touched (see access_stats()). Off by default.
+  /// Count buckets and bytes touched by bulk operations (see access_stats()). Off by default.
   bool count_accesses = false;
 };
 
@@ -126,14 +126,15 @@ class table {
     return state_.view.capacity ? state_.view.capacity : num_slots();
   }
   /**
-   * @brief Buckets and bytes touched by every operation since construction or the last reset,
-   *        when options().count_accesses is set (CPU backend; zeros otherwise).
+   * @brief Buckets and bytes touched by every bulk operation since construction or the last
+   *        reset, when options().count_accesses is set (zeros otherwise). Refs in user kernels
+   *        are not counted. On CUDA it copies the counters from the device: call it once the
+   *        counted operations have completed (synchronous calls have when they return).
+   * @throws ccht::error on a CUDA failure
    */
-  access_counts access_stats() const noexcept { return state_.counts ? *state_.counts : access_counts{}; }
-  /// Sets the access counters to zero.
-  void reset_access_stats() noexcept {
-    if (state_.counts) { *state_.counts = {}; }
-  }
+  access_counts access_stats() const { return launcher::read_counts(state_); }
+  /// Sets the access counters to zero (same timing rule as access_stats()).
+  void reset_access_stats() { launcher::reset_counts(state_); }
 
   /// Number of entries (a snapshot when writers run concurrently).
   std::size_t size(stream_type stream = {}) const;

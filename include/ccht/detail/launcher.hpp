@@ -31,7 +31,7 @@ struct table_state {
   tick_type* clock = nullptr;                      ///< logical clock (backend memory)
   std::size_t* sticky_reject = nullptr;  ///< CUDA: first rejected index of an async call, ~0 if none
   int cpu_threads = 0;                   ///< CPU: threads per bulk call (0: OpenMP default)
-  access_counts* counts = nullptr;       ///< CPU: access counters (host memory) when counting
+  access_counts* counts = nullptr;       ///< access counters (backend memory) when counting
   bool tail_index = false;  ///< create() allocates view.tails (double LRU / LRU-CHT layer)
 };
 
@@ -69,6 +69,11 @@ inline constexpr std::size_t no_reject = ~std::size_t{0};
                       std::size_t* num_evicted, std::size_t* reject, stream_type stream);         \
   static std::size_t export_entries(table_state const& s, key_type* keys, value_type* values,     \
                                     std::size_t capacity, stream_type stream);                    \
+  /** Access counters so far (all zero when the table does not count); waits for the       \
+      device on CUDA. */                                                                      \
+  static access_counts read_counts(table_state const& s);                                         \
+  /** Zeroes the access counters (nothing when the table does not count). */                    \
+  static void reset_counts(table_state const& s);                                                 \
   /** Throws ccht::error if an earlier async call was rejected, and resets the sticky word. */    \
   static void check_async_error(table_state const& s, stream_type stream);                        \
   /** Two backend words for a synchronous call: [0] = count, [1] = reject index (~0). */          \
