@@ -978,6 +978,9 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
                     ccht::error_code::invalid_argument);
   EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::lfu>(256, {.capacity = 100})),
                     ccht::error_code::invalid_argument);
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 1025})),
+                    ccht::error_code::invalid_argument);
+  EXPECT_NO_THROW((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 1024})));
   // global_samples 0 is the search's default; only double LRU / LRU-CHT get a tail index.
   EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().samples,
             ccht::default_tail_samples);

@@ -38,6 +38,8 @@ enum class victim_search {
 inline constexpr std::uint32_t default_tail_samples = 64;
 /// Buckets a sampled search reads by default (docs/global-layer.md).
 inline constexpr std::uint32_t default_sampled_buckets = 8;
+/// Most buckets table_options::global_samples may ask for (a sampled eviction reads each).
+inline constexpr std::uint32_t max_global_samples = 1024;
 
 /// Construction options of a ccht::table.
 struct table_options {
@@ -51,8 +53,9 @@ struct table_options {
    * capacity / num_slots().
    */
   std::size_t capacity = 0;
-  /// Global capacity layer: buckets ranked per global eviction; 0 picks the search's default
-  /// (default_tail_samples for the tail index, default_sampled_buckets otherwise).
+  /// Global capacity layer: buckets ranked per global eviction, at most max_global_samples; 0
+  /// picks the search's default (default_tail_samples for the tail index, else
+  /// default_sampled_buckets).
   std::uint32_t global_samples = 0;
   /// Global capacity layer of double_lru and lru_cht: how the victim is found.
   victim_search global_search = victim_search::tail_index;
@@ -103,8 +106,10 @@ class table {
    * @brief Allocates an empty table of at least @p num_slots slots.
    *
    * Slots are rounded up to whole buckets, and to at least two buckets.
-   * @throws ccht::error invalid_size if num_slots is 0 or above 2^32 buckets; out_of_memory or
-   *         cuda_failure if allocation fails.
+   * @throws ccht::error invalid_size if num_slots is 0 or above 2^32 buckets, or the capacity
+   *         above the slots; invalid_argument for a capacity below the slots without a global
+   *         layer, or global_samples above max_global_samples; out_of_memory or cuda_failure if
+   *         allocation fails.
    */
   explicit table(std::size_t num_slots, table_options options = {});
   ~table();

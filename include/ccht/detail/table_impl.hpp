@@ -70,6 +70,11 @@ table<Backend, Policy>::table(std::size_t num_slots, table_options options) : op
                 std::string("capacity below the slots needs a policy with a global capacity "
                             "layer (double_lru, coarse_lru), not ") + Policy::name);
   }
+  if (options.global_samples > max_global_samples) {
+    throw error(error_code::invalid_argument,
+                "global_samples " + std::to_string(options.global_samples) + " exceeds " +
+                    std::to_string(max_global_samples));
+  }
   state_.cpu_threads = options.cpu_threads;
   if constexpr (Policy::global != global_layer::none) {
     state_.view.capacity = options.capacity ? options.capacity : slots;
