@@ -318,7 +318,7 @@ TEST(Cli, BadArgumentsExitWithTwo) {
       {{"bench", "--policy", "cht-lru", "--global-search", "exact"}, "global-search"},
       {{"compare", "--keys", "0", "--no-plot"}, "keys"},
       {{"compare", "--policy", "lru,xyz", "--no-plot"}, "xyz"},
-      {{"frobnicate"}, "subcommand"},  // CLI11 reports the missing subcommand
+      {{"frobnicate"}, "unknown subcommand 'frobnicate'"},
       {{}, ""},
   };
   for (auto const& c : cases) {

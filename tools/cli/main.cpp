@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 
 namespace {
@@ -180,6 +181,17 @@ int main(int argc, char** argv) {
   } catch (CLI::ParseError const& e) {
     std::string msg = e.what();
     if (msg.empty()) { msg = "invalid arguments"; }
+    // CLI11 says only "A subcommand is required" for `ccht frobnicate`: name the word.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::string const word = argv[1];
+      bool known = false;
+      for (auto const* sub : app.get_subcommands(std::function<bool(CLI::App*)>{})) {
+        known = known || sub->get_name() == word;
+      }
+      if (!known) {
+        msg = "unknown subcommand '" + word + "' (expected replay, workload, bench, compare or paper)";
+      }
+    }
     std::fprintf(stderr, "ccht: error: %s (see --help)\n", msg.c_str());
     return 2;
   }
