@@ -26,7 +26,8 @@ using clk = std::chrono::steady_clock;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  std::size_t const m = v.size();
+  return m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
 }
 
 /// Keys of the looked-up / written stream: indices into `pool` drawn uniformly or zipfian.
