@@ -29,11 +29,6 @@ struct row {
   sim::replay_result r;
 };
 
-bool known(std::string const& p) {
-  auto const& k = sim::known_policies();
-  return std::find(k.begin(), k.end(), p) != k.end();
-}
-
 double pct(double ours, double base) { return base > 0 ? 100.0 * (ours - base) / base : 0.0; }
 
 }  // namespace
@@ -45,14 +40,9 @@ int cmd_paper(paper_options opt) {
   if (opt.capacity < 32 || opt.keys == 0 || opt.requests == 0) {
     throw std::invalid_argument("--capacity >= 32, --keys >= 1 and --requests >= 1");
   }
-  std::vector<std::string> tables{"ccht-double-lru", "ccht-coarse-lru"};
-  std::string const baseline = known("cht-lru") ? "cht-lru" : "lru";
-  for (char const* p : {"cht-lru", "cht-random"}) {
-    if (known(p)) { tables.push_back(p); }
-  }
-  if (baseline == "lru") {
-    std::fprintf(stderr, "note: the kick-out baselines are not built yet; comparing with exact lru\n");
-  }
+  std::vector<std::string> const tables{"ccht-double-lru", "ccht-coarse-lru", "cht-lru",
+                                        "cht-random"};
+  std::string const baseline = "cht-lru";
 
   struct wl {
     sim::distribution d;
@@ -181,11 +171,15 @@ int cmd_paper(paper_options opt) {
   paper.add({"worst hit-rate loss, coarse LRU (zipfian, uniform)", "<= 0.22 points",
              fixed(worst_loss_coarse, 3) + " points"});
 
+  char const* const geometry_note =
+      "With 16-slot buckets the kick-out baseline rarely kicks at these ratios, so the access\n"
+      "saving and coarse LRU's small loss cannot show here; `ccht_kick_geometry` runs the same\n"
+      "core at 2-16 slots per bucket and reproduces both at 2 slots (README, paper section).\n";
   std::printf("## ccht paper: capacity %zu, %llu keys, %llu requests per workload, batch %zu, %s backend\n\n",
               opt.capacity, static_cast<unsigned long long>(opt.keys),
               static_cast<unsigned long long>(opt.requests), opt.replay.batch,
               opt.replay.backend.c_str());
-  std::printf("### Against the paper\n\n%s\n", paper.str().c_str());
+  std::printf("### Against the paper\n\n%s\n%s\n", paper.str().c_str(), geometry_note);
   std::printf("### Relative to %s (same workload, ratio and table code)\n\n%s\n", baseline.c_str(),
               rel.str().c_str());
   std::printf("### All runs\n\n%s", all.str().c_str());
@@ -214,7 +208,8 @@ int cmd_paper(paper_options opt) {
       j["ratio"] = x.ratio;
       js << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
-    md << "### Against the paper\n\n" << paper.str() << "\n### Relative to " << baseline << "\n\n"
+    md << "### Against the paper\n\n" << paper.str() << "\n" << geometry_note << "\n### Relative to "
+       << baseline << "\n\n"
        << rel.str() << "\n### All runs\n\n" << all.str();
     if (!csv || !js || !md) { throw std::runtime_error("cannot write results to " + opt.out_dir); }
   }
