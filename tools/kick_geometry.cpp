@@ -116,6 +116,15 @@ void hit_rows(std::uint64_t capacity, std::uint64_t requests) {
   std::fflush(stdout);
 }
 
+/// Calls f.template operator()<B>() for each bucket size studied.
+template <class F>
+void for_bucket_sizes(F&& f) {
+  f.template operator()<2>();
+  f.template operator()<4>();
+  f.template operator()<8>();
+  f.template operator()<16>();
+}
+
 int main(int argc, char** argv) {
   std::uint64_t const capacity = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1u << 16;
   std::uint64_t const requests = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1u << 19;
@@ -130,10 +139,7 @@ int main(int argc, char** argv) {
   std::printf("| slots per bucket | ratio | double LRU buckets/insert | LRU-CHT buckets/insert | "
               "LRU-CHT kicks/insert | change | double LRU hit ratio | LRU-CHT hit ratio |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  rows<2>(capacity, requests);
-  rows<4>(capacity, requests);
-  rows<8>(capacity, requests);
-  rows<16>(capacity, requests);
+  for_bucket_sizes([&]<int B>() { rows<B>(capacity, requests); });
 
   std::printf("\nZipfian keys (theta 0.99) over 8 x %llu, ratio 0.7; loss = LRU-CHT hit ratio minus "
               "the policy's, in points.\n\n",
@@ -141,9 +147,6 @@ int main(int argc, char** argv) {
   std::printf("| slots per bucket | ratio | LRU-CHT hit ratio | double LRU | coarse LRU | double "
               "LRU loss | coarse LRU loss |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
-  hit_rows<2>(capacity, requests);
-  hit_rows<4>(capacity, requests);
-  hit_rows<8>(capacity, requests);
-  hit_rows<16>(capacity, requests);
+  for_bucket_sizes([&]<int B>() { hit_rows<B>(capacity, requests); });
   return 0;
 }
