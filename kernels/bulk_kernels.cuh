@@ -214,6 +214,16 @@ __global__ void take_sticky_kernel(std::size_t* sticky, std::size_t* words) {
 
 // ---- per-key operations ------------------------------------------------------------------------
 
+/// Runs f(i) for the elements of [0, n) that fall to the calling tile: block b owns
+/// items_per_block consecutive elements, and its tiles take them in turn.
+template <int TileSize, class F>
+__device__ __forceinline__ void for_tile_elements(std::size_t n, F&& f) {
+  using S = shape<TileSize>;
+  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
+  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
+  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) { f(i); }
+}
+
 /**
  * @brief A tile's access counting (core/accounting.hpp): the core's count events are uniform
  *        across a tile, so only lane 0 gets a counter; it is added to the table's device
@@ -250,22 +260,19 @@ template <class Policy, int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     find_kernel(bucket_array_view<B> view, key_type const* keys, value_type* values, bool* found,
                 std::size_t n, std::size_t const* words, access_counts* counts) {
-  using S = shape<TileSize>;
   using ops = bucket_ops<Policy, B>;
   if (batch_rejected(words, false)) { return; }
   tick_type const tick_base = Policy::promotes_on_hit ? words[word_tick_base] : 0;
   auto const tile = this_tile<TileSize>();
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
   tile_counts acc(counts, tile);
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
+  for_tile_elements<TileSize>(n, [&](std::size_t i) {
     value_type v = 0;
     bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc.get());
     if (tile.thread_rank() == 0) {
       found[i] = hit;
       if (hit) { values[i] = v; }
     }
-  }
+  });
   acc.flush();
 }
 
@@ -274,17 +281,14 @@ template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     contains_kernel(bucket_array_view<B> view, key_type const* keys, bool* found, std::size_t n,
                     std::size_t const* words, access_counts* counts) {
-  using S = shape<TileSize>;
   using ops = bucket_ops<lru, B>;  // contains() does not depend on the policy
   if (batch_rejected(words, false)) { return; }
   auto const tile = this_tile<TileSize>();
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
   tile_counts acc(counts, tile);
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
+  for_tile_elements<TileSize>(n, [&](std::size_t i) {
     bool const hit = ops::contains(tile, view, keys[i], acc.get());
     if (tile.thread_rank() == 0) { found[i] = hit; }
-  }
+  });
   acc.flush();
 }
 
@@ -306,16 +310,14 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   tick_type const tick_base = words[word_tick_base];
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
   tile_counts acc(counts, tile);
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
+  for_tile_elements<TileSize>(n, [&](std::size_t i) {
     key_type ek = 0;
     value_type ev = 0;
     op_status const st =
         ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc.get());
     if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
-  }
+  });
   acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }
@@ -325,20 +327,17 @@ template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     erase_kernel(bucket_array_view<B> view, key_type const* keys, std::size_t n,
                  std::size_t* num_erased, std::size_t const* words, access_counts* counts) {
-  using S = shape<TileSize>;
   using ops = bucket_ops<lru, B>;  // erase() does not depend on the policy
   __shared__ unsigned erased;
   if (batch_rejected(words, false)) { return; }
   if (threadIdx.x == 0) { erased = 0; }
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
   tile_counts acc(counts, tile);
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
+  for_tile_elements<TileSize>(n, [&](std::size_t i) {
     bool const removed = ops::erase(tile, view, keys[i], acc.get());
     if (removed && tile.thread_rank() == 0) { atomicAdd(&erased, 1u); }
-  }
+  });
   acc.flush();
   flush_block_count(erased, num_erased);
 }
@@ -361,10 +360,8 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   tick_type const tick_base = words[word_tick_base];
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
   tile_counts acc(counts, tile);
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) {
+  for_tile_elements<TileSize>(n, [&](std::size_t i) {
     key_type const key = keys[i];
     tick_type const tick = tick_base + i;
     op_status st = op_status::miss;
@@ -389,7 +386,7 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
         break;
     }
     if (tile.thread_rank() == 0) { status[i] = st; }
-  }
+  });
   acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }

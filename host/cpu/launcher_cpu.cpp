@@ -98,6 +98,7 @@ CCHT_FORCEINLINE void pipelined(std::size_t b, std::size_t e, Stage1&& stage1, S
 struct stage_state {
   candidate_buckets cb;
   bool probe_second;  ///< a lookup's key was not in the first bucket when stage 2 peeked
+  std::uint32_t tail_first[max_tail_lines];  ///< an upsert's tail-index lines (first buckets)
 };
 
 /// Per-chunk prefetch pipeline over the elements' keys; stage_* are called with the index of the
@@ -108,6 +109,9 @@ struct prefetcher {
   key_type const* keys;
   tick_type base = 0;  ///< tick of element 0 (the tail index's draws depend on it)
   stage_state ring[ring_size];
+  /// Whether this chunk's upserts evict through the tail index: the table was at capacity when
+  /// the chunk started (read once; it only decides which hints to issue).
+  bool evicting = v.tails != nullptr && load_relaxed(*v.live) >= v.capacity;
 
   CCHT_FORCEINLINE stage_state& at(std::size_t i) { return ring[i % ring_size]; }
 
@@ -165,27 +169,24 @@ struct prefetcher {
   }
 
   // ---- the tail index (double LRU, LRU-CHT) at capacity: an upsert of a new key searches it
-  /// Whether upserts now evict through the tail index (a relaxed read of the live count).
-  CCHT_FORCEINLINE bool evicting() const {
-    return v.tails != nullptr && load_relaxed(*v.live) >= v.capacity;
-  }
   /// Stage 1: the tail-index lines element i's eviction would read first.
   CCHT_FORCEINLINE void tails1(std::size_t i) {
-    if (!evicting()) { return; }
+    if (!evicting) { return; }
     for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
-      score_type const* line = &v.tails[tail_line(v, base + i, l)];
-      prefetch_read(line);
-      prefetch_read(line + 8);
+      std::uint32_t const first = tail_line(v, base + i, l);
+      at(i).tail_first[l] = first;
+      prefetch_read(&v.tails[first]);
+      prefetch_read(&v.tails[first] + 8);
     }
   }
-  /// Stage 2: the likely victim, the bucket with the smallest word on those lines (a hint: the
-  /// search itself verifies under the lock).
+  /// Stage 2: the likely victim, the bucket with the smallest word on the lines of stage 1 (a
+  /// hint: the search itself verifies under the lock).
   CCHT_FORCEINLINE void tails2(std::size_t i) {
-    if (!evicting()) { return; }
+    if (!evicting) { return; }
     score_type best = no_rank;
     std::uint32_t victim = 0;
     for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
-      std::uint32_t const first = tail_line(v, base + i, l);
+      std::uint32_t const first = at(i).tail_first[l];
       for (std::uint32_t b = first; b < first + tail_line_buckets && b < v.num_buckets; ++b) {
         score_type const w = load_relaxed(v.tails[b]);
         if (w < best) {
