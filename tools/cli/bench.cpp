@@ -24,11 +24,6 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  std::size_t const m = v.size();
-  return m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
-}
 
 /// Keys of the looked-up / written stream: indices into `pool` drawn uniformly or zipfian.
 std::vector<key_type> draw(std::vector<key_type> const& pool, std::size_t n,
@@ -73,7 +68,13 @@ double buckets_touched(Table const& t, std::vector<key_type> const& keys, std::s
 
 }  // namespace
 
-int cmd_bench(bench_options const& o) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t const m = v.size();
+  return m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
+}
+
+void check_bench_options(bench_options const& o) {
   if (o.op != "find" && o.op != "insert" && o.op != "mixed") {
     throw std::invalid_argument("--op must be find, insert or mixed");
   }
@@ -81,8 +82,9 @@ int cmd_bench(bench_options const& o) {
     throw std::invalid_argument("--dist must be uniform or zipfian");
   }
   if (!(o.load > 0 && o.load <= 1)) { throw std::invalid_argument("--load must be in (0, 1]"); }
-  if (!(o.miss_ratio >= 0 && o.miss_ratio <= 1)) {
-    throw std::invalid_argument("--miss-ratio must be in [0, 1]");
+  if (!(o.ratio > 0 && o.ratio <= 1)) { throw std::invalid_argument("--ratio must be in (0, 1]"); }
+  if (!(o.miss_ratio >= 0 && o.miss_ratio <= 1) || !(o.read_ratio >= 0 && o.read_ratio <= 1)) {
+    throw std::invalid_argument("--miss-ratio and --read-ratio must be in [0, 1]");
   }
   if (o.slots < 32 || o.batch == 0 || o.threads < 1 || o.repeat < 1) {
     throw std::invalid_argument("--slots >= 32, --batch >= 1, --threads >= 1, --repeat >= 1");
@@ -92,6 +94,10 @@ int cmd_bench(bench_options const& o) {
                                 ": ccht bench measures the CPU backend; GPU numbers come from "
                                 "ccht_bench_gpu (tools/gpu-check.sh)");
   }
+}
+
+int cmd_bench(bench_options const& o) {
+  check_bench_options(o);
 
   std::mt19937_64 rng(o.seed);
   using table_t = table<cpu_backend, lru>;

@@ -125,30 +125,15 @@ prepared prepare_named(std::string const& p, bench_options const& o, policy_stre
 }  // namespace
 
 int cmd_bench_policies(bench_options const& o) {
-  if (o.op != "find" && o.op != "insert" && o.op != "mixed") {
-    throw std::invalid_argument("--op must be find, insert or mixed");
-  }
-  if (o.dist != "uniform" && o.dist != "zipfian") {
-    throw std::invalid_argument("--dist must be uniform or zipfian");
-  }
-  if (!(o.miss_ratio >= 0 && o.miss_ratio <= 1) || !(o.read_ratio >= 0 && o.read_ratio <= 1)) {
-    throw std::invalid_argument("--miss-ratio and --read-ratio must be in [0, 1]");
-  }
-  if (!(o.ratio > 0 && o.ratio <= 1)) { throw std::invalid_argument("--ratio must be in (0, 1]"); }
+  check_bench_options(o);
   static char const* const known[] = {"ccht-lru",        "ccht-fifo", "ccht-lfu",  "ccht-double-lru",
                                       "ccht-coarse-lru", "cht-lru",   "cht-random"};
   for (auto const& p : o.policies) {
     if (std::find(std::begin(known), std::end(known), p) == std::end(known)) {
-      throw std::invalid_argument("--policy " + p +
-                                  ": ccht bench times table policies: ccht-lru, ccht-fifo, "
-                                  "ccht-lfu, ccht-double-lru, ccht-coarse-lru, cht-lru, cht-random");
+      std::string list;
+      for (char const* k : known) { list += (list.empty() ? "" : ", ") + std::string(k); }
+      throw std::invalid_argument("--policy " + p + ": ccht bench times table policies: " + list);
     }
-  }
-  if (o.backend != "cpu") {
-    throw std::invalid_argument("--backend " + o.backend + ": ccht bench measures the CPU backend");
-  }
-  if (o.slots < 32 || o.batch == 0 || o.threads < 1 || o.repeat < 1) {
-    throw std::invalid_argument("--slots >= 32, --batch >= 1, --threads >= 1, --repeat >= 1");
   }
   // Capacity: ratio x the slots the table rounds to (16-slot buckets, at least two).
   std::size_t const slots = std::max<std::size_t>(32, (o.slots + 15) / 16 * 16);
@@ -165,10 +150,7 @@ int cmd_bench_policies(bench_options const& o) {
   }
   std::vector<policy_result> results;
   for (std::size_t i = 0; i < tables.size(); ++i) {
-    std::sort(secs[i].begin(), secs[i].end());
-    std::size_t const m = secs[i].size();
-    double const median = m % 2 ? secs[i][m / 2] : (secs[i][m / 2 - 1] + secs[i][m / 2]) / 2;
-    policy_result res{o.policies[i], double(o.batch) / median, 0, *tables[i].evicted};
+    policy_result res{o.policies[i], double(o.batch) / median(secs[i]), 0, *tables[i].evicted};
     tables[i] = {};  // free it before the counting replica
     // Accesses from an untimed replica with counting on (counting costs a little time).
     prepared c = prepare_named(o.policies[i], o, s, capacity, true);

@@ -65,6 +65,10 @@ struct bench_options {
 int cmd_bench(bench_options const& opt);
 /// `ccht bench --policy ...`: several table policies as caches on the same key streams.
 int cmd_bench_policies(bench_options const& opt);
+/// Throws std::invalid_argument for options either bench path rejects.
+void check_bench_options(bench_options const& opt);
+/// Median of @p v (the mean of the middle two for an even count); @p v must not be empty.
+double median(std::vector<double> v);
 
 /// Options of `ccht compare`.
 struct compare_options {
