@@ -16,6 +16,7 @@
 #include <latch>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -535,5 +536,110 @@ TEST(Concurrency, CoreBucketSize1HotSlot) {
   reader.join();
   report(logs);
 }
+
+// Hits promote without the bucket lock, racing with each other and with the locked update of an
+// assign. Every thread hammers one key with explicit, distinct ticks; afterwards the score must
+// account for every promotion: LFU's count is 1 + hits + assigns, an LRU score is the largest
+// tick used, and FIFO's score is still its insert's.
+template <class Policy>
+void hot_key_promotions() {
+  ccht::table<cpu, Policy> t(1024, {.cpu_threads = 1});
+  key_type const hot = 42;
+  ccht::tick_type const base = ccht::tick_type{1} << 40;  // above any tick of the table's clock
+  auto const r = t.ref();
+  {
+    key_type ek = 0;
+    value_type ev = 0;
+    ASSERT_EQ(r.insert_or_assign(ccht::scalar_tile{}, hot, encode(hot, 0), ek, ev, 1),
+              op_status::inserted);
+  }
+  constexpr int num_threads = 6;
+  // LFU's count must stay below its 2^16-1 ceiling; an LRU race window is a few instructions wide,
+  // so those policies run longer to hit it.
+  int const per_thread = (std::is_same_v<Policy, ccht::lfu> ? 9000 : 60000) / work_scale;
+  std::atomic<ccht::tick_type> clock{base};
+  std::atomic<ccht::tick_type> max_tick{0};
+  std::vector<thread_log> logs(num_threads);
+  std::vector<std::uint64_t> promotions(num_threads, 0);
+  std::latch start(num_threads);
+  auto body = [&](int id) {
+    thread_log& L = logs[id];
+    std::mt19937_64 rng(900 + id);
+    ccht::scalar_tile const tile{};
+    ccht::tick_type last = 0;
+    start.arrive_and_wait();
+    for (int it = 0; it < per_thread && !L.failed(); ++it) {
+      ccht::tick_type const tick = clock.fetch_add(1, std::memory_order_relaxed) + 1;
+      last = std::max(last, tick);
+      unsigned const c = rng() % 16;
+      if (c < 12) {  // an unlocked promotion
+        value_type v = 0;
+        if (!r.find(tile, hot, v, tick)) {
+          L.fail("the hot key went missing");
+        } else {
+          L.check_found(hot, v);
+          ++promotions[id];
+        }
+      } else if (c < 15) {  // a promotion under the bucket lock
+        key_type ek = 0;
+        value_type ev = 0;
+        op_status const s = r.insert_or_assign(tile, hot, encode(hot, it), ek, ev, tick);
+        if (s != op_status::assigned) { L.fail("assign of the hot key: status " + std::to_string(int(s))); }
+        ++promotions[id];
+      } else if (!r.contains(tile, hot)) {  // never promotes
+        L.fail("contains lost the hot key");
+      }
+    }
+    ccht::tick_type seen = max_tick.load();
+    while (seen < last && !max_tick.compare_exchange_weak(seen, last)) {}
+  };
+  // The hot key's score word (one key never moves), read straight from its bucket.
+  auto const& view = r.view();
+  ccht::score_type* word = nullptr;
+  for (std::uint32_t b = 0; b < view.num_buckets; ++b) {
+    for (int s = 0; s < view.buckets[b].size; ++s) {
+      if (view.buckets[b].keys[s] == hot) { word = &view.buckets[b].scores[s]; }
+    }
+  }
+  ASSERT_NE(word, nullptr) << "the hot key is not in the table";
+  // A lost update shows as a score that goes back: a stale smaller score stored over a larger.
+  std::atomic<bool> done{false};
+  std::uint64_t went_back = 0;
+  std::thread watcher([&] {
+    ccht::score_type prev = 0;
+    while (!done.load(std::memory_order_relaxed)) {
+      ccht::score_type const now = ccht::detail::load_relaxed(*word);
+      went_back += now < prev;
+      prev = now;
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < num_threads; ++i) { threads.emplace_back(body, i); }
+  for (auto& th : threads) { th.join(); }
+  done = true;
+  watcher.join();
+  report(logs);
+  EXPECT_EQ(went_back, 0u) << "the hot key's score went back " << went_back << " times";
+  std::optional<ccht::score_type> const score = ccht::detail::load_relaxed(*word);
+  std::uint64_t total = 0;
+  for (auto p : promotions) { total += p; }
+  ASSERT_GT(total, 0u);
+  if constexpr (std::is_same_v<Policy, ccht::lfu>) {
+    EXPECT_EQ(ccht::lfu::count(*score), 1 + total)
+        << "promotions lost: " << (1 + total - ccht::lfu::count(*score));
+  } else if constexpr (Policy::promotes_on_hit) {
+    EXPECT_EQ(*score, max_tick.load()) << "the score is not the last hit's tick";
+  } else {
+    EXPECT_LT(*score, base) << "a FIFO hit or assign changed the score";
+  }
+}
+
+TEST(Concurrency, HotKeyPromotionsLru) { hot_key_promotions<ccht::lru>(); }
+TEST(Concurrency, HotKeyPromotionsLfu) { hot_key_promotions<ccht::lfu>(); }
+TEST(Concurrency, HotKeyPromotionsFifo) { hot_key_promotions<ccht::fifo>(); }
+TEST(Concurrency, HotKeyPromotionsDoubleLru) { hot_key_promotions<ccht::double_lru>(); }
+TEST(Concurrency, HotKeyPromotionsCoarseLru) { hot_key_promotions<ccht::coarse_lru>(); }
+TEST(Concurrency, HotKeyPromotionsLruCht) { hot_key_promotions<ccht::lru_cht>(); }
+TEST(Concurrency, HotKeyPromotionsRandomCht) { hot_key_promotions<ccht::random_cht>(); }
 
 }  // namespace

@@ -236,6 +236,31 @@ TEST(Policy, ScoresOrderAsDocumented) {
   EXPECT_TRUE(ccht::lfu::promotes_on_hit);
 }
 
+/// promotes_by_max is a promise that on_hit(s, t) == max(s, on_insert(t)): promotion then uses
+/// an atomic max instead of on_hit, so a policy that breaks the promise would be promoted wrongly.
+template <class Policy>
+void check_promotes_by_max() {
+  std::mt19937_64 rng(11);
+  bool holds = true;
+  for (int i = 0; i < 20000 && holds; ++i) {
+    ccht::score_type const s = i % 3 == 0 ? rng() : rng() % 1000;
+    ccht::tick_type const t = i % 3 == 1 ? rng() : rng() % 1000;
+    ccht::score_type const ins = Policy::on_insert(t);
+    holds = Policy::on_hit(s, t) == (s > ins ? s : ins);
+  }
+  EXPECT_EQ(holds, Policy::promotes_by_max) << Policy::name;
+}
+
+TEST(Policy, PromotesByMaxMeansOnHitIsAMax) {
+  check_promotes_by_max<ccht::lru>();
+  check_promotes_by_max<ccht::double_lru>();
+  check_promotes_by_max<ccht::coarse_lru>();
+  check_promotes_by_max<ccht::lru_cht>();
+  check_promotes_by_max<ccht::random_cht>();
+  check_promotes_by_max<ccht::lfu>();
+  check_promotes_by_max<ccht::fifo>();
+}
+
 TEST(Layout, BucketIsThreeCacheLines) {
   static_assert(sizeof(ccht::bucket<16>) == 384);
   static_assert(alignof(ccht::bucket<16>) == 128);

@@ -40,6 +40,19 @@ template <class T>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void store_release(T& x, T v) noexcept {
   atomic_ref_t<T>(x).store(v, cuda::std::memory_order_release);
 }
+/// Atomic max (relaxed): the word becomes max(word, v).
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void fetch_max_relaxed(T& x, T v) noexcept {
+  atomic_ref_t<T>(x).fetch_max(v, cuda::std::memory_order_relaxed);
+}
+/// Relaxed compare-and-swap: stores @p desired if the word holds @p expected, else loads it
+/// into @p expected. Strong, so a false return always means another writer changed the word.
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool cas_relaxed(T& x, T& expected, T desired) noexcept {
+  return atomic_ref_t<T>(x).compare_exchange_strong(expected, desired,
+                                                    cuda::std::memory_order_relaxed,
+                                                    cuda::std::memory_order_relaxed);
+}
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acquire() noexcept {
   cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
 }

@@ -14,7 +14,10 @@
  * - Readers (find, contains) take no lock: load the version (acquire), scan keys and load the value
  *   with relaxed atomics, fence (acquire), reload the version, and retry if it moved or was odd.
  *   Every lane of a tile validates its own loads, so a value is never torn or another key's.
- * - A hit promotes its slot with a relaxed store after validation; a lost race only blurs recency.
+ * - A hit promotes its slot after validation, without the lock and concurrently with other hits
+ *   and with the locked update of an assign (detail::promote): LRU-family scores rise with one
+ *   atomic max, an LFU score with a compare-and-swap loop that re-checks the key, so no
+ *   concurrent hit is lost. Only an entry a kick-out insert is moving can miss a hit.
  * All shared words are accessed through cuda::atomic_ref, so the host build is data-race free in
  * the C++ memory model (and ThreadSanitizer can check it).
  */
@@ -122,6 +125,53 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int read_bucket(Tile const& tile, bucket<B> co
   }
 }
 
+/**
+ * @brief Applies a hit at @p tick to the score of @p key in slot @p slot of bucket @p b, without
+ *        the bucket lock (called by one thread).
+ *
+ * Promotions race with each other: a plain load/modify/store would lose all but one of them (an
+ * LFU count would undercount). A by-max policy rises with one atomic max, which is order-free. LFU
+ * applies on_hit in a compare-and-swap loop; each try validates with the seqlock that the slot
+ * still holds @p key, so a count is never added to the entry that replaced it.
+ */
+template <class Policy, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void promote(bucket<B>& b, std::uint32_t const& version,
+                                               int slot, key_type key, tick_type tick) noexcept {
+  score_type& s = b.scores[slot];
+  if constexpr (Policy::promotes_by_max) {
+    if (load_relaxed(b.keys[slot]) == key) { fetch_max_relaxed(s, Policy::on_insert(tick)); }
+  } else {
+    unsigned spins = 0;
+    while (true) {
+      std::uint32_t const v1 = load_acquire(version);
+      if ((v1 & 1u) != 0) {  // a writer is in the bucket: it may be moving or replacing the key
+        spin_wait(spins);
+        continue;
+      }
+      score_type old = load_relaxed(s);
+      key_type const k = load_relaxed(b.keys[slot]);
+      fence_acquire();
+      if (load_relaxed(version) != v1) { continue; }
+      if (k != key) { return; }  // replaced or erased since the read: nothing to promote
+      score_type const now = Policy::on_hit(old, tick);
+      // A failed swap means another hit (or a writer) changed the score: re-read and re-apply.
+      if (now == old || cas_relaxed(s, old, now)) { return; }
+    }
+  }
+}
+
+/// Applies a hit at @p tick to @p s while holding the bucket lock. Unlocked promotions of the
+/// same slot may run meanwhile, so this is an atomic read-modify-write too.
+template <class Policy>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void promote_locked(score_type& s, tick_type tick) noexcept {
+  if constexpr (Policy::promotes_by_max) {
+    fetch_max_relaxed(s, Policy::on_insert(tick));
+  } else if constexpr (Policy::promotes_on_hit) {
+    score_type old = load_relaxed(s);
+    while (!cas_relaxed(s, old, Policy::on_hit(old, tick))) {}
+  }
+}
+
 /// Kick-out insertion for Policy::kick_out (defined in core/kickout.hpp, included below).
 template <class Policy, class Tile, int B>
 CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
@@ -168,10 +218,7 @@ struct bucket_ops {
     if constexpr (Policy::promotes_on_hit) {
       detail::count_promote(acc);
       if (tile.thread_rank() == 0) {
-        score_type& s = v.buckets[bi].scores[slot];
-        score_type const old = detail::load_relaxed(s);
-        score_type const now = Policy::on_hit(old, tick);
-        if (now != old) { detail::store_relaxed(s, now); }
+        detail::promote<Policy>(v.buckets[bi], v.versions[bi], slot, key, tick);
       }
     }
     return true;
@@ -301,7 +348,7 @@ struct bucket_ops {
       score_type& score = target->scores[slot];
       if (status == op_status::assigned) {
         detail::store_relaxed(target->values[slot], value);
-        detail::store_relaxed(score, Policy::on_hit(detail::load_relaxed(score), tick));
+        detail::promote_locked<Policy>(score, tick);
       } else {
         if (status == op_status::inserted_evicted && detail::load_relaxed(target->keys[slot]) != empty_key) {
           evicted_key = detail::load_relaxed(target->keys[slot]);

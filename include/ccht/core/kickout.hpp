@@ -128,7 +128,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
     if (tile.thread_rank() == 0) {
       score_type& score = found->scores[found_slot];
       store_relaxed(found->values[found_slot], value);
-      store_relaxed(score, Policy::on_hit(load_relaxed(score), tick));
+      promote_locked<Policy>(score, tick);
       store_release(v.versions[hi], vhi + 1);
       store_release(v.versions[lo], vlo + 1);
     }

@@ -13,6 +13,11 @@
  * - lfu:  score = (use count << 48) | (tick of last use & 2^48-1). Smallest count loses, ties go
  *         to the least recently used. A new entry has count 1; a hit or update adds 1. The count
  *         saturates at 2^16-1 and ticks are taken modulo 2^48 (2.8e14 operations).
+ *
+ * Promotions run without the bucket lock, concurrently with each other (bucket_ops.hpp,
+ * detail::promote): a policy whose on_hit is max(score, on_insert(tick)) sets promotes_by_max and
+ * is promoted with one atomic max; any other promoting policy (lfu) with a compare-and-swap loop
+ * that applies on_hit to the score it replaces, so no concurrent hit is lost.
  */
 #pragma once
 
@@ -48,6 +53,8 @@ struct lru {
   static constexpr bool kick_out = false;
   /// Whether a hit changes the score (fifo: no, so finds write nothing).
   static constexpr bool promotes_on_hit = true;
+  /// Whether on_hit(s, t) == max(s, on_insert(t)): promotion is then one atomic max.
+  static constexpr bool promotes_by_max = true;
   /// Score of a freshly inserted entry.
   CCHT_HOST_DEVICE static constexpr score_type on_insert(tick_type t) noexcept { return t; }
   /// Score after a hit or an update of an entry whose score was @p s.
@@ -66,6 +73,8 @@ struct fifo {
   static constexpr bool kick_out = false;
   /// Whether a hit changes the score.
   static constexpr bool promotes_on_hit = false;
+  /// Whether promotion is an atomic max (nothing to promote here).
+  static constexpr bool promotes_by_max = false;
   /// Score of a freshly inserted entry.
   CCHT_HOST_DEVICE static constexpr score_type on_insert(tick_type t) noexcept { return t; }
   /// Score after a hit or an update: unchanged.
@@ -82,6 +91,8 @@ struct lfu {
   static constexpr bool kick_out = false;
   /// Whether a hit changes the score.
   static constexpr bool promotes_on_hit = true;
+  /// Whether promotion is an atomic max: no, a count is incremented (a CAS loop).
+  static constexpr bool promotes_by_max = false;
   /// Bits of the score holding the tick of the last use.
   static constexpr int tick_bits = 48;
   /// Largest count kept; further uses leave it there.
