@@ -9,6 +9,7 @@
 
 #include <ccht/config.hpp>
 #include <ccht/error.hpp>
+#include <ccht/memory_space.hpp>
 
 #include <cstddef>
 #include <cstdlib>
@@ -31,6 +32,8 @@ struct host_stream {};
 struct cpu_backend {
   /// Stream type accepted by bulk operations.
   using stream_type = host_stream;
+  /// Where table storage lives: refs are usable from host threads.
+  using memory_space = host_memory;
   /// Name for tools and test output.
   static constexpr char const* name = "cpu";
   /// Allocates @p bytes aligned to 128 bytes. Throws ccht::error (out_of_memory).
@@ -69,6 +72,8 @@ struct cpu_backend {
 struct cuda_backend {
   /// Stream type accepted by bulk operations.
   using stream_type = cudaStream_t;
+  /// Where table storage lives: refs are usable in device code only.
+  using memory_space = device_memory;
   /// Name for tools and test output.
   static constexpr char const* name = "cuda";
   /// cudaMalloc; throws ccht::error (out_of_memory or cuda_failure) with the CUDA error string.

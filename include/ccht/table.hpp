@@ -100,7 +100,8 @@ class table {
   using key_type = ccht::key_type;                     ///< 64-bit key
   using value_type = ccht::value_type;                 ///< 64-bit payload
   static constexpr int bucket_size = default_bucket_size;  ///< slots per bucket
-  using ref_type = table_ref<Policy, bucket_size>;     ///< device/host ref type
+  /// Per-key handle: usable from host threads on the CPU backend, from kernels on CUDA.
+  using ref_type = table_ref<Policy, bucket_size, typename Backend::memory_space>;
 
   /**
    * @brief Allocates an empty table of at least @p num_slots slots.
@@ -221,7 +222,12 @@ class table {
   /// On the CUDA backend, throws if an earlier `_async` batch was rejected; a no-op on the CPU.
   void check_async_error(stream_type stream = {});
 
-  /// Trivially copyable handle for per-key calls from kernels or host threads.
+  /**
+   * @brief Trivially copyable handle for per-key calls (see ccht::table_ref).
+   *
+   * A CPU table's ref may be used from any host thread. A CUDA table's ref points to device
+   * memory: pass it to a kernel by value; calling its operations from host code does not compile.
+   */
   ref_type ref() const noexcept { return ref_type(state_.view, state_.clock); }
 
  private:
