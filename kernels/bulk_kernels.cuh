@@ -149,19 +149,6 @@ __device__ __forceinline__ void flush_block_count(unsigned& shared_count, std::s
 // ---- batch bookkeeping -------------------------------------------------------------------------
 
 /**
- * @brief Initialises a batch's device words: [0] = 0 (count), [1], [2] = no_reject, [3] = 0.
- *
- * The count word comes first so that a synchronous call's words are {count, reject...}, which
- * is the layout ccht::detail::sync_call expects.
- */
-__global__ void init_words_kernel(std::size_t* words) {
-  words[0] = 0;
-  words[1] = detail::no_reject;
-  words[2] = detail::no_reject;
-  words[3] = 0;
-}
-
-/**
  * @brief Validates a batch and reserves its ticks.
  *
  * Records the smallest index of a reserved key in reject[word_reject_key], and of an op code
@@ -225,31 +212,34 @@ __device__ __forceinline__ void for_tile_elements(std::size_t n, F&& f) {
 }
 
 /**
- * @brief A tile's access counting (core/accounting.hpp): the core's count events are uniform
- *        across a tile, so only lane 0 gets a counter; it is added to the table's device
- *        counters once per tile, at the end of the kernel. Null @p total: nothing is counted.
+ * @brief for_tile_elements with access counting (core/accounting.hpp): runs f(i, acc) where acc
+ *        is null when @p total is null (the default: counting is off), else a per-thread
+ *        access_counts that lane 0 adds to @p total once, at the end.
+ *
+ * The two cases are two inlined loops, so the core sees a constant null pointer (its count code
+ * folds away) or the address of one local object that never escapes (its counters stay in
+ * registers). A single loop given `counting ? &local : nullptr` kept the counters in a local-
+ * memory frame behind a pointer, with spills in the larger inserts (docs/kernel-resources.md).
  */
-struct tile_counts {
-  access_counts local{};
-  access_counts* total;
-
-  template <class Tile>
-  __device__ tile_counts(access_counts* t, Tile const& tile)
-      : total(t != nullptr && tile.thread_rank() == 0 ? t : nullptr) {}
-  /// The pointer to pass to the core (null on lanes other than 0, or when not counting).
-  __device__ access_counts* get() { return total != nullptr ? &local : nullptr; }
-  __device__ void flush() {
-    if (total == nullptr) { return; }
-    auto add = [](std::uint64_t& to, std::uint64_t v) {
-      if (v != 0) { atomicAdd(reinterpret_cast<unsigned long long*>(&to), static_cast<unsigned long long>(v)); }
-    };
-    add(total->bucket_reads, local.bucket_reads);
-    add(total->bucket_writes, local.bucket_writes);
-    add(total->bytes_read, local.bytes_read);
-    add(total->bytes_written, local.bytes_written);
-    add(total->kicks, local.kicks);
+template <int TileSize, class Tile, class F>
+__device__ __forceinline__ void for_tile_elements_counted(std::size_t n, access_counts* total,
+                                                          Tile const& tile, F&& f) {
+  if (total == nullptr) {  // uniform over the grid
+    for_tile_elements<TileSize>(n, [&](std::size_t i) { f(i, static_cast<access_counts*>(nullptr)); });
+    return;
   }
-};
+  access_counts local{};
+  for_tile_elements<TileSize>(n, [&](std::size_t i) { f(i, &local); });
+  if (tile.thread_rank() != 0) { return; }  // the core's count events are uniform over a tile
+  auto add = [](std::uint64_t& to, std::uint64_t v) {
+    if (v != 0) { atomicAdd(reinterpret_cast<unsigned long long*>(&to), static_cast<unsigned long long>(v)); }
+  };
+  add(total->bucket_reads, local.bucket_reads);
+  add(total->bucket_writes, local.bucket_writes);
+  add(total->bytes_read, local.bytes_read);
+  add(total->bytes_written, local.bytes_written);
+  add(total->kicks, local.kicks);
+}
 static_assert(sizeof(std::uint64_t) == sizeof(unsigned long long));
 
 /**
@@ -264,16 +254,14 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   if (batch_rejected(words, false)) { return; }
   tick_type const tick_base = Policy::promotes_on_hit ? words[word_tick_base] : 0;
   auto const tile = this_tile<TileSize>();
-  tile_counts acc(counts, tile);
-  for_tile_elements<TileSize>(n, [&](std::size_t i) {
+  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
     value_type v = 0;
-    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc.get());
+    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc);
     if (tile.thread_rank() == 0) {
       found[i] = hit;
       if (hit) { values[i] = v; }
     }
   });
-  acc.flush();
 }
 
 /// Bulk contains: found[i] = whether keys[i] is present (no promotion).
@@ -284,12 +272,10 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   using ops = bucket_ops<lru, B>;  // contains() does not depend on the policy
   if (batch_rejected(words, false)) { return; }
   auto const tile = this_tile<TileSize>();
-  tile_counts acc(counts, tile);
-  for_tile_elements<TileSize>(n, [&](std::size_t i) {
-    bool const hit = ops::contains(tile, view, keys[i], acc.get());
+  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
+    bool const hit = ops::contains(tile, view, keys[i], acc);
     if (tile.thread_rank() == 0) { found[i] = hit; }
   });
-  acc.flush();
 }
 
 /**
@@ -310,15 +296,13 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   tick_type const tick_base = words[word_tick_base];
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  tile_counts acc(counts, tile);
-  for_tile_elements<TileSize>(n, [&](std::size_t i) {
+  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
     key_type ek = 0;
     value_type ev = 0;
     op_status const st =
-        ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc.get());
+        ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc);
     if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
   });
-  acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }
 
@@ -333,12 +317,10 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   if (threadIdx.x == 0) { erased = 0; }
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  tile_counts acc(counts, tile);
-  for_tile_elements<TileSize>(n, [&](std::size_t i) {
-    bool const removed = ops::erase(tile, view, keys[i], acc.get());
+  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
+    bool const removed = ops::erase(tile, view, keys[i], acc);
     if (removed && tile.thread_rank() == 0) { atomicAdd(&erased, 1u); }
   });
-  acc.flush();
   flush_block_count(erased, num_erased);
 }
 
@@ -360,15 +342,14 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
   tick_type const tick_base = words[word_tick_base];
   __syncthreads();
   auto const tile = this_tile<TileSize>();
-  tile_counts acc(counts, tile);
-  for_tile_elements<TileSize>(n, [&](std::size_t i) {
+  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
     key_type const key = keys[i];
     tick_type const tick = tick_base + i;
     op_status st = op_status::miss;
     switch (ops_in[i]) {  // the same element for every lane: the tile stays converged
       case op_code::find: {
         value_type v = 0;
-        if (ops::find(tile, view, key, tick, v, acc.get())) {
+        if (ops::find(tile, view, key, tick, v, acc)) {
           st = op_status::hit;
           if (tile.thread_rank() == 0) { values_out[i] = v; }
         }
@@ -377,17 +358,16 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
       case op_code::insert_or_assign: {
         key_type ek = 0;
         value_type ev = 0;
-        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc.get());
+        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc);
         if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
         break;
       }
       case op_code::erase:
-        st = ops::erase(tile, view, key, acc.get()) ? op_status::hit : op_status::miss;
+        st = ops::erase(tile, view, key, acc) ? op_status::hit : op_status::miss;
         break;
     }
     if (tile.thread_rank() == 0) { status[i] = st; }
   });
-  acc.flush();
   evictions.flush(evicted_keys, evicted_values, num_evicted);
 }
 
@@ -430,7 +410,11 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
       detail::fence_release();  // the odd version is visible before any emptied slot
     }
     tile.sync();
-    detail::fence_acquire();
+    // Every lane stores empty keys, not only lane 0 that took the lock, so every lane needs its
+    // own release fence here: its stores must not be seen before the odd version (which it saw
+    // through tile.sync()). An acquire fence orders only its loads; on sm_90 both lower to the
+    // same fence.acq_rel, which is why the old code happened to work.
+    detail::fence_acq_rel();
     unsigned removed = 0;
     for (int s = static_cast<int>(tile.thread_rank()); s < B; s += TileSize) {
       removed += detail::load_relaxed(view.buckets[b].keys[s]) != empty_key;

@@ -1,16 +1,23 @@
 // CUDA backend of ccht::table: detail::launcher<cuda_backend> (declared in
 // include/ccht/detail/launcher.hpp), over the kernels of bulk_kernels.cuh.
 //
-// Every keyed batch is two launches on the caller's stream: validate_batch_kernel (reserved keys,
-// op codes, the count word, the batch's ticks) and the operation kernel, which does nothing when
-// the batch was rejected. The batch's device words are per call, never per table, so that
-// synchronous and asynchronous batches from several host threads and streams can run at once
-// without sharing a counter or a reject flag:
-// - a synchronous call gets its words from acquire_words() (through ccht::detail::sync_call);
-// - an asynchronous call gets its own words here and frees them stream-ordered after its kernel,
-//   and a rejection is also recorded in the table's sticky words for check_async_error().
-// Per-call words come from a dedicated stream-ordered memory pool (cudaMallocFromPoolAsync) that
-// keeps its memory, so a call costs no cudaMalloc and no device-wide synchronisation.
+// Every keyed batch is two launches on its stream: validate_batch_kernel (reserved keys, op
+// codes, the count word, the batch's ticks) and the operation kernel, which does nothing when the
+// batch was rejected. The batch's device words (count, reject words, first tick) are per call,
+// never per table, so that batches from several host threads and streams can run at once without
+// sharing a counter or a reject flag, and no call takes a lock:
+// - a synchronous call uses its thread's words (thread_words(): one small allocation per host
+//   thread and device, made once). The call waits for its stream before it returns, so the words
+//   are free again for the thread's next call. Invariant: the reject words read no_reject between
+//   calls; validate_batch_kernel zeroes the count and writes the tick, and only a rejected batch
+//   (rare) costs a reset.
+// - an asynchronous call gets its own words from a stream-ordered pool, initialises its reject
+//   words with one memset and frees the words stream-ordered after its kernel; a rejection is also
+//   recorded in the table's sticky words for check_async_error().
+// Synchronous calls given the default stream run on the calling thread's per-thread default
+// stream (sync_stream()), so calls from several host threads do not serialise on the legacy stream.
+// Before launching, every entry point checks that no CUDA error is pending from earlier work
+// (check_no_pending_error), so the error read after its own launch is its own.
 #include "bulk_kernels.cuh"
 
 #include <ccht/backend.hpp>
@@ -28,6 +35,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace ccht::detail {
 namespace {
@@ -46,70 +54,138 @@ constexpr std::size_t call_words_bytes = num_call_words * sizeof(std::size_t);
 /// Upper bound on blocks of the grid-stride kernels: enough to fill any current GPU.
 constexpr unsigned max_stream_blocks = 2048;
 
+int current_device() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
 // ---- per-call device words -----------------------------------------------------------------------
 
 /**
- * Stream-ordered pool for per-call words on the current device, or null where memory pools are
+ * Stream-ordered pool for asynchronous calls' words on @p device, or null where memory pools are
  * unsupported. Its release threshold is unbounded: the few bytes it holds are reused by the next
  * call instead of being returned to the driver at every synchronisation (the default pool's
- * threshold of 0 would do that). Created once per device and kept until the process ends.
+ * threshold of 0 would do that). Created once per device and kept until the process ends; each
+ * thread caches the answer, so the mutex is taken once per thread and device.
  */
-cudaMemPool_t words_pool() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+cudaMemPool_t words_pool(int device) {
+  struct cached {
+    int device;
+    cudaMemPool_t pool;
+  };
+  thread_local std::vector<cached> seen;
+  for (cached const& c : seen) {
+    if (c.device == device) { return c.pool; }
+  }
   static std::mutex mutex;
   static std::unordered_map<int, cudaMemPool_t> pools;
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = pools.find(device); it != pools.end()) { return it->second; }
-  cudaMemPool_t pool = nullptr;
-  int supported = 0;
-  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) == cudaSuccess &&
-      supported != 0) {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = device;
-    if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
-      std::uint64_t threshold = UINT64_MAX;
-      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-    } else {
-      pool = nullptr;
+  auto it = pools.find(device);
+  if (it == pools.end()) {
+    cudaMemPool_t pool = nullptr;
+    int supported = 0;
+    if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) ==
+            cudaSuccess &&
+        supported != 0) {
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = device;
+      if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+        std::uint64_t threshold = UINT64_MAX;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+      } else {
+        pool = nullptr;
+      }
     }
+    (void)cudaGetLastError();  // a refused attribute or pool must not leak into later checks
+    it = pools.emplace(device, pool).first;
   }
-  (void)cudaGetLastError();  // a refused attribute or pool must not leak into later checks
-  pools.emplace(device, pool);
-  return pool;
+  seen.push_back({device, it->second});
+  return it->second;
 }
 
-/// Allocates and initialises one call's words, stream-ordered on @p stream.
+/// The reject words' resting value, and the initial value of all of a thread's words.
+constexpr std::size_t initial_words[num_call_words] = {0, no_reject, no_reject, 0};
+
+/**
+ * The calling thread's words for synchronous calls on the current device (see the file comment).
+ * Allocated and initialised on first use; freed when the thread exits (errors ignored: at process
+ * exit the runtime may be gone, and the memory with it).
+ */
+std::size_t* thread_words() {
+  struct entry {
+    int device;
+    std::size_t* words;
+  };
+  struct cache {
+    std::vector<entry> entries;
+    ~cache() {
+      for (entry const& e : entries) { (void)cudaFree(e.words); }
+    }
+  };
+  thread_local cache c;
+  int const device = current_device();
+  for (entry const& e : c.entries) {
+    if (e.device == device) { return e.words; }
+  }
+  auto* words = static_cast<std::size_t*>(cuda_backend::allocate(call_words_bytes));
+  cudaError_t const copied =
+      cudaMemcpy(words, initial_words, call_words_bytes, cudaMemcpyHostToDevice);
+  if (copied != cudaSuccess) {
+    cuda_backend::deallocate(words);
+    check_cuda(copied, "cudaMemcpy (call words)");
+  }
+  c.entries.push_back({device, words});
+  return words;
+}
+
+/// Copies a thread's words to @p host after the work on @p stream, and restores the reject words'
+/// resting value if the call left a rejection in them.
+void read_thread_words(std::size_t* words, std::size_t host[num_call_words], cudaStream_t stream) {
+  check_cuda(cudaMemcpyAsync(host, words, call_words_bytes, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (call words)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  if (host[1] != no_reject || host[2] != no_reject) {
+    check_cuda(cudaMemcpy(words + 1, initial_words + 1, 2 * sizeof(std::size_t),
+                          cudaMemcpyHostToDevice),
+               "cudaMemcpy (call words reset)");
+  }
+}
+
+/// Allocates one asynchronous call's words, stream-ordered on @p stream, reject words set.
 std::size_t* allocate_words(cudaStream_t stream) {
+  int const device = current_device();
+  cudaMemPool_t const pool = words_pool(device);
   void* p = nullptr;
-  if (cudaMemPool_t pool = words_pool()) {
+  if (pool != nullptr) {
     check_cuda(cudaMallocFromPoolAsync(&p, call_words_bytes, pool, stream),
                "cudaMallocFromPoolAsync");
   } else {
     p = cuda_backend::allocate(call_words_bytes);
   }
   auto* words = static_cast<std::size_t*>(p);
-  kernels::init_words_kernel<<<1, 1, 0, stream>>>(words);
-  cudaError_t const launched = cudaGetLastError();
-  if (launched != cudaSuccess) {
-    if (words_pool() != nullptr) {
+  // The count and the tick are written by validate_batch_kernel; only the reject words need a
+  // value first (all bytes 0xff is no_reject).
+  cudaError_t const set = cudaMemsetAsync(words + 1, 0xff, 2 * sizeof(std::size_t), stream);
+  if (set != cudaSuccess) {
+    if (pool != nullptr) {
       (void)cudaFreeAsync(words, stream);
     } else {
       cuda_backend::deallocate(words);
     }
-    check_cuda(launched, "init_words_kernel launch");
+    check_cuda(set, "cudaMemsetAsync (call words)");
   }
   return words;
 }
 
-/// Frees one call's words after the work queued on @p stream so far (never throws).
+/// Frees one asynchronous call's words after the work queued on @p stream so far (never throws).
 void free_words(std::size_t* words, cudaStream_t stream) noexcept {
   if (words == nullptr) { return; }
   cudaMemPool_t pool = nullptr;
   try {
-    pool = words_pool();
+    pool = words_pool(current_device());
   } catch (...) {
   }
   if (pool != nullptr) {
@@ -117,17 +193,6 @@ void free_words(std::size_t* words, cudaStream_t stream) noexcept {
   } else {
     cuda_backend::deallocate(words);  // synchronises the device: only without memory pools
   }
-}
-
-/// Copies a call's words to @p host, frees them and waits for @p stream.
-void read_and_free_words(std::size_t* words, std::size_t host[num_call_words],
-                         cudaStream_t stream) {
-  cudaError_t const copied =
-      cudaMemcpyAsync(host, words, call_words_bytes, cudaMemcpyDeviceToHost, stream);
-  free_words(words, stream);
-  cudaError_t const synced = cudaStreamSynchronize(stream);
-  check_cuda(copied, "cudaMemcpyAsync (call words)");
-  check_cuda(synced, "cudaStreamSynchronize");
 }
 
 /// Message for a rejected op code, as the CPU backend words it (check_ops_host).
@@ -166,6 +231,7 @@ class batch_words {
 
 // ---- launch helpers ------------------------------------------------------------------------------
 
+/// After a launch: no error was pending before it (check_no_pending_error), so this one is ours.
 void check_launch(char const* what) { check_cuda(cudaGetLastError(), what); }
 
 unsigned blocks_for(std::size_t n, std::size_t per_block, unsigned cap = UINT_MAX) {
@@ -251,7 +317,14 @@ void cuda_launcher::destroy(table_state& s) noexcept {
   s = {};
 }
 
-std::size_t* cuda_launcher::acquire_words(stream_type stream) { return allocate_words(stream); }
+std::size_t* cuda_launcher::acquire_words(stream_type) {
+  check_no_pending_error("ccht::table");
+  return thread_words();
+}
+
+cuda_launcher::stream_type cuda_launcher::sync_stream(stream_type stream) noexcept {
+  return stream == nullptr ? cudaStreamPerThread : stream;
+}
 
 access_counts cuda_launcher::read_counts(table_state const& s) {
   access_counts c{};
@@ -269,7 +342,7 @@ void cuda_launcher::reset_counts(table_state const& s) {
 
 void cuda_launcher::release_words(std::size_t* words, std::size_t host[2], stream_type stream) {
   std::size_t all[num_call_words];
-  read_and_free_words(words, all, stream);
+  read_thread_words(words, all, stream);
   host[0] = all[0];
   host[1] = all[1];
   // Only execute() can reject an op code; the CPU backend reports it before reserved keys.
@@ -277,12 +350,12 @@ void cuda_launcher::release_words(std::size_t* words, std::size_t host[2], strea
 }
 
 void cuda_launcher::check_async_error(table_state const& s, stream_type stream) {
-  std::size_t* words = allocate_words(stream);
+  check_no_pending_error("check_async_error");
+  std::size_t* words = thread_words();
   kernels::take_sticky_kernel<<<1, 1, 0, stream>>>(s.sticky_reject, words);
-  cudaError_t const launched = cudaGetLastError();
+  check_launch("take_sticky_kernel launch");
   std::size_t host[num_call_words];
-  read_and_free_words(words, host, stream);
-  check_cuda(launched, "take_sticky_kernel launch");
+  read_thread_words(words, host, stream);  // also puts the reject words back to rest
   if (host[2] != no_reject) {
     throw error(error_code::invalid_argument,
                 bad_op_message("an earlier execute_async batch was skipped", host[2]));
@@ -299,18 +372,20 @@ void cuda_launcher::check_async_error(table_state const& s, stream_type stream) 
 // ---- whole-table operations ----------------------------------------------------------------------
 
 std::size_t cuda_launcher::size(table_state const& s, stream_type stream) {
-  std::size_t* words = allocate_words(stream);
+  check_no_pending_error("size");
+  std::size_t* words = thread_words();
   std::size_t const slots = std::size_t{s.view.num_buckets} * B;
   unsigned const blocks = blocks_for(slots, kernels::stream_block_threads, max_stream_blocks);
+  check_cuda(cudaMemsetAsync(words, 0, sizeof(std::size_t), stream), "cudaMemsetAsync (count)");
   kernels::size_kernel<B><<<blocks, kernels::stream_block_threads, 0, stream>>>(s.view, words);
-  cudaError_t const launched = cudaGetLastError();
+  check_launch("size_kernel launch");
   std::size_t host[num_call_words];
-  read_and_free_words(words, host, stream);
-  check_cuda(launched, "size_kernel launch");
+  read_thread_words(words, host, stream);
   return host[0];
 }
 
 void cuda_launcher::clear(table_state const& s, stream_type stream) {
+  check_no_pending_error("clear");
   unsigned const blocks = blocks_for(s.view.num_buckets, shape::tiles_per_block, max_stream_blocks);
   kernels::clear_kernel<B, tile_size><<<blocks, shape::block_threads, 0, stream>>>(s.view);
   check_launch("clear_kernel launch");
@@ -318,14 +393,15 @@ void cuda_launcher::clear(table_state const& s, stream_type stream) {
 
 std::size_t cuda_launcher::export_entries(table_state const& s, key_type* keys, value_type* values,
                                           std::size_t capacity, stream_type stream) {
-  std::size_t* words = allocate_words(stream);
+  check_no_pending_error("export_entries");
+  std::size_t* words = thread_words();
   unsigned const blocks = blocks_for(s.view.num_buckets, shape::tiles_per_block, max_stream_blocks);
+  check_cuda(cudaMemsetAsync(words, 0, sizeof(std::size_t), stream), "cudaMemsetAsync (count)");
   kernels::export_kernel<B, tile_size>
       <<<blocks, shape::block_threads, 0, stream>>>(s.view, keys, values, capacity, words);
-  cudaError_t const launched = cudaGetLastError();
+  check_launch("export_kernel launch");
   std::size_t host[num_call_words];
-  read_and_free_words(words, host, stream);
-  check_cuda(launched, "export_kernel launch");
+  read_thread_words(words, host, stream);
   return host[0];
 }
 
@@ -334,6 +410,7 @@ std::size_t cuda_launcher::export_entries(table_state const& s, key_type* keys, 
 template <class Policy>
 void cuda_launcher::find(table_state const& s, key_type const* keys, value_type* values,
                          bool* found, std::size_t n, std::size_t* reject, stream_type stream) {
+  check_no_pending_error("find");
   if (n == 0) { return; }
   batch_words const w(reject, stream);
   // Ticks are taken even when the policy ignores them (fifo), as on the CPU backend, so that
@@ -347,6 +424,7 @@ void cuda_launcher::find(table_state const& s, key_type const* keys, value_type*
 
 void cuda_launcher::contains(table_state const& s, key_type const* keys, bool* found,
                              std::size_t n, std::size_t* reject, stream_type stream) {
+  check_no_pending_error("contains");
   if (n == 0) { return; }
   batch_words const w(reject, stream);
   validate(s, keys, nullptr, n, w, nullptr, false, stream);
@@ -362,6 +440,7 @@ void cuda_launcher::insert_or_assign(table_state const& s, key_type const* keys,
                                      key_type* evicted_keys, value_type* evicted_values,
                                      std::size_t* num_evicted, std::size_t* reject,
                                      stream_type stream) {
+  check_no_pending_error("insert_or_assign");
   if (n == 0) {
     check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
     return;
@@ -376,6 +455,7 @@ void cuda_launcher::insert_or_assign(table_state const& s, key_type const* keys,
 
 void cuda_launcher::erase(table_state const& s, key_type const* keys, std::size_t n,
                           std::size_t* num_erased, std::size_t* reject, stream_type stream) {
+  check_no_pending_error("erase");
   if (n == 0) {
     if (num_erased != nullptr) {
       check_cuda(cudaMemsetAsync(num_erased, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
@@ -395,6 +475,7 @@ void cuda_launcher::execute(table_state const& s, op_code const* ops, key_type c
                             value_type const* values, value_type* values_out, op_status* status,
                             std::size_t n, key_type* evicted_keys, value_type* evicted_values,
                             std::size_t* num_evicted, std::size_t* reject, stream_type stream) {
+  check_no_pending_error("execute");
   if (n == 0) {
     check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
     return;

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <random>
 #include <unordered_map>
 #include <unordered_set>
@@ -335,3 +337,74 @@ TEST_F(DeviceRef, ConcurrentFindsSeeOnlyTheirKeysValues) {
 }
 
 }  // namespace
+
+// ---- promotions and launch errors on the device (issue 12) ---------------------------------------
+
+__global__ void misconfigured_kernel() {}
+
+/// The score of @p key, read from a copy of the table's buckets (or nullopt when absent).
+template <class Table>
+std::optional<ccht::score_type> score_of(Table const& t, key_type key) {
+  auto const view = t.ref().view();  // field copies only: fine on the host
+  std::vector<ccht::bucket<ccht::default_bucket_size>> host(view.num_buckets);
+  ccht::cuda_backend::copy_to_host(host.data(), view.buckets, host.size() * sizeof(host[0]));
+  for (auto const& b : host) {
+    for (int s = 0; s < b.size; ++s) {
+      if (b.keys[s] == key) { return b.scores[s]; }
+    }
+  }
+  return std::nullopt;
+}
+
+/// One batch of @p n finds of one key: thousands of tiles promote the same slot at once.
+template <class Policy>
+ccht::score_type hot_key_score(std::size_t n) {
+  ccht::table<ccht::cuda_backend, Policy> t(4096);
+  key_type const hot = 7;
+  device_array<key_type> one(std::vector<key_type>{hot});
+  device_array<value_type> one_value(std::vector<value_type>{tagged(hot, 1)});
+  device_array<key_type> ek(1);
+  device_array<value_type> ev(1);
+  t.insert_or_assign({one.get(), 1}, {one_value.get(), 1}, {ek.get(), 1}, {ev.get(), 1});  // tick 1
+  device_array<key_type> keys(std::vector<key_type>(n, hot));
+  device_array<value_type> values(n);
+  device_array<bool> found(n);
+  t.find({keys.get(), n}, {values.get(), n}, {found.get(), n});  // ticks 2 .. n + 1
+  auto const f = found.to_host();
+  EXPECT_EQ(std::count(f.begin(), f.end(), true), static_cast<std::ptrdiff_t>(n));
+  auto const s = score_of(t, hot);
+  EXPECT_TRUE(s.has_value()) << "the hot key is gone";
+  return s.value_or(0);
+}
+
+TEST_F(DeviceRef, HotKeyLfuCountsEveryConcurrentHit) {
+  std::size_t const n = 60000;  // below LFU's 2^16-1 ceiling
+  EXPECT_EQ(ccht::lfu::count(hot_key_score<ccht::lfu>(n)), 1 + n) << "concurrent hits were lost";
+}
+
+TEST_F(DeviceRef, HotKeyLruEndsAtTheLastTick) {
+  std::size_t const n = 200000;
+  EXPECT_EQ(hot_key_score<ccht::lru>(n), 1 + n) << "a slower promotion stored an older tick";
+  EXPECT_EQ(hot_key_score<ccht::double_lru>(n), 1 + n);
+}
+
+TEST_F(DeviceRef, PendingErrorFromEarlierWorkIsReportedAsSuch) {
+  cuda_table t(1024);
+  device_array<key_type> keys(std::vector<key_type>{1, 2, 3});
+  device_array<value_type> values(std::vector<value_type>{tagged(1, 1), tagged(2, 1), tagged(3, 1)});
+  device_array<key_type> ek(3);
+  device_array<value_type> ev(3);
+  misconfigured_kernel<<<1, 4096>>>();  // more threads per block than any GPU allows
+  ASSERT_NE(cudaPeekAtLastError(), cudaSuccess) << "the launch was expected to fail";
+  try {
+    t.insert_or_assign({keys.get(), 3}, {values.get(), 3}, {ek.get(), 3}, {ev.get(), 3});
+    ADD_FAILURE() << "a pending error was not reported";
+  } catch (ccht::error const& e) {
+    EXPECT_NE(std::string(e.what()).find("pending from earlier work"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "the reported error is still pending";
+  // The table was not touched and works.
+  EXPECT_EQ(t.size(), 0u);
+  t.insert_or_assign({keys.get(), 3}, {values.get(), 3}, {ek.get(), 3}, {ev.get(), 3});
+  EXPECT_EQ(t.size(), 3u);
+}

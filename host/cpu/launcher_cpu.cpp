@@ -554,6 +554,8 @@ std::size_t cpu_launcher::export_entries(table_state const& s, key_type* keys_ou
 
 void cpu_launcher::check_async_error(table_state const&, stream_type) {}
 
+cpu_launcher::stream_type cpu_launcher::sync_stream(stream_type stream) noexcept { return stream; }
+
 std::size_t* cpu_launcher::acquire_words(stream_type) {
   return new std::size_t[2]{0, no_reject};
 }

@@ -40,6 +40,17 @@ void check_cuda(cudaError_t status, char const* what) {
   throw error(code_for(status), std::string(what) + " failed (" + describe(status) + ")");
 }
 
+void check_no_pending_error(char const* what) {
+  cudaError_t const pending = cudaPeekAtLastError();
+  if (pending == cudaSuccess) { return; }
+  // Reported here, with its origin, so the error checked after ccht's own launch is ccht's.
+  (void)cudaGetLastError();
+  throw error(code_for(pending),
+              std::string(what) + ": a CUDA error was pending from earlier work, before ccht " +
+                  "launched anything (" + describe(pending) +
+                  "); check the preceding CUDA calls or kernel launches");
+}
+
 }  // namespace detail
 
 void* cuda_backend::allocate(std::size_t bytes) {

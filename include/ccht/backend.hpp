@@ -94,6 +94,10 @@ struct cuda_backend {
 namespace detail {
 /// Throws ccht::error (cuda_failure, or out_of_memory for cudaErrorMemoryAllocation) on failure.
 void check_cuda(cudaError_t status, char const* what);
+/// Throws ccht::error naming @p what if a CUDA error is pending on this thread from earlier
+/// work (cudaPeekAtLastError), and clears it: called before ccht launches, so that the error
+/// checked after a launch is the launch's own.
+void check_no_pending_error(char const* what);
 }  // namespace detail
 #endif
 

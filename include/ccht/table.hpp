@@ -85,6 +85,15 @@ struct table_options {
  * (on the CPU backend with one thread they run in index order). clear() may also run
  * concurrently; it empties one bucket at a time.
  *
+ * **Streams (CUDA).** A call without the `_async` suffix returns when its work is done. Given
+ * the default stream (a null cudaStream_t), it runs on the calling thread's per-thread default
+ * stream (cudaStreamPerThread), which is ordered after earlier work on the legacy default stream,
+ * so synchronous calls from several host threads overlap instead of queueing on the legacy
+ * stream. Given any other stream, it runs on that stream. `_async` calls run on exactly the
+ * stream given (null: the legacy default stream). No call takes a process-wide lock. Before it
+ * launches, a call throws ccht::error if a CUDA error from earlier, unrelated work is pending,
+ * and says so; an error after its own launch is reported as its own.
+ *
  * **Ticks.** Every element of a batch gets its own tick from the table's logical clock, in index
  * order, so a serial run follows the policy exactly (see ccht::lru, ccht::fifo, ccht::lfu).
  *

@@ -53,6 +53,11 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE bool cas_relaxed(T& x, T& expected, T desired)
                                                     cuda::std::memory_order_relaxed,
                                                     cuda::std::memory_order_relaxed);
 }
+/// Acquire and release fence: for a lane that both loads and stores under a lock another lane
+/// of its tile took (its stores must not be seen before the lock, nor its loads read stale data).
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acq_rel() noexcept {
+  cuda::atomic_thread_fence(cuda::std::memory_order_acq_rel, cuda::thread_scope_device);
+}
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acquire() noexcept {
   cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
 }

@@ -76,6 +76,9 @@ inline constexpr std::size_t no_reject = ~std::size_t{0};
   static void reset_counts(table_state const& s);                                                 \
   /** Throws ccht::error if an earlier async call was rejected, and resets the sticky word. */    \
   static void check_async_error(table_state const& s, stream_type stream);                        \
+  /** The stream a synchronous call given @p stream runs on (CUDA: the default stream becomes   \
+      the calling thread's per-thread default stream, so host threads do not serialise). */    \
+  static stream_type sync_stream(stream_type stream) noexcept;                                    \
   /** Two backend words for a synchronous call: [0] = count, [1] = reject index (~0). */          \
   static std::size_t* acquire_words(stream_type stream);                                          \
   /** Waits for @p stream, copies the two words to @p host and releases them. */                  \

@@ -20,7 +20,9 @@ class sync_call {
   using stream_type = typename Backend::stream_type;
 
   sync_call(char const* op, stream_type stream)
-      : op_(op), stream_(stream), words_(launcher_type::acquire_words(stream)) {}
+      : op_(op),
+        stream_(launcher_type::sync_stream(stream)),
+        words_(launcher_type::acquire_words(stream_)) {}
   ~sync_call() {
     if (words_ != nullptr) {
       std::size_t host[2];
@@ -33,6 +35,8 @@ class sync_call {
   sync_call(sync_call const&) = delete;
   sync_call& operator=(sync_call const&) = delete;
 
+  /// The stream the call runs on (launcher::sync_stream of the caller's).
+  stream_type stream() const noexcept { return stream_; }
   std::size_t* count() const noexcept { return words_; }
   std::size_t* reject() const noexcept { return words_ + 1; }
 
@@ -108,11 +112,12 @@ table<Backend, Policy>& table<Backend, Policy>::operator=(table&& other) noexcep
 
 template <class Backend, class Policy>
 std::size_t table<Backend, Policy>::size(stream_type stream) const {
-  return launcher::size(state_, stream);
+  return launcher::size(state_, launcher::sync_stream(stream));
 }
 
 template <class Backend, class Policy>
 void table<Backend, Policy>::clear(stream_type stream) {
+  stream = launcher::sync_stream(stream);
   launcher::clear(state_, stream);
   Backend::synchronize(stream);
 }
@@ -121,6 +126,7 @@ template <class Backend, class Policy>
 void table<Backend, Policy>::find(std::span<key_type const> keys, std::span<value_type> values_out,
                                   std::span<bool> found_out, stream_type stream) {
   detail::sync_call<Backend> call("find", stream);
+  stream = call.stream();
   detail::check_span(keys, keys.size(), "find", "keys");
   detail::check_span(values_out, keys.size(), "find", "values_out");
   detail::check_span(found_out, keys.size(), "find", "found_out");
@@ -147,6 +153,7 @@ template <class Backend, class Policy>
 void table<Backend, Policy>::contains(std::span<key_type const> keys, std::span<bool> found_out,
                                       stream_type stream) const {
   detail::sync_call<Backend> call("contains", stream);
+  stream = call.stream();
   detail::check_span(keys, keys.size(), "contains", "keys");
   detail::check_span(found_out, keys.size(), "contains", "found_out");
   if (!keys.empty()) {
@@ -199,6 +206,7 @@ std::size_t table<Backend, Policy>::insert_or_assign(std::span<key_type const> k
                                                      std::span<value_type> evicted_values,
                                                      stream_type stream) {
   detail::sync_call<Backend> call("insert_or_assign", stream);
+  stream = call.stream();
   detail::check_upsert_args(keys, values, evicted_keys, evicted_values);
   if (!keys.empty()) {
     launcher::template insert_or_assign<Policy>(state_, keys.data(), values.data(), keys.size(),
@@ -226,6 +234,7 @@ void table<Backend, Policy>::insert_or_assign_async(std::span<key_type const> ke
 template <class Backend, class Policy>
 std::size_t table<Backend, Policy>::erase(std::span<key_type const> keys, stream_type stream) {
   detail::sync_call<Backend> call("erase", stream);
+  stream = call.stream();
   detail::check_span(keys, keys.size(), "erase", "keys");
   if (!keys.empty()) {
     launcher::erase(state_, keys.data(), keys.size(), call.count(), call.reject(), stream);
@@ -247,6 +256,7 @@ std::size_t table<Backend, Policy>::execute(
     std::span<op_status> status_out, std::span<key_type> evicted_keys,
     std::span<value_type> evicted_values, stream_type stream) {
   detail::sync_call<Backend> call("execute", stream);
+  stream = call.stream();
   detail::check_execute_args(ops, keys, values, values_out, status_out, evicted_keys,
                              evicted_values);
   if (!keys.empty()) {
@@ -282,7 +292,7 @@ std::size_t table<Backend, Policy>::export_entries(std::span<key_type> keys_out,
   detail::check_span(keys_out, keys_out.size(), "export_entries", "keys_out");
   detail::check_span(values_out, keys_out.size(), "export_entries", "values_out");
   return launcher::export_entries(state_, keys_out.data(), values_out.data(), keys_out.size(),
-                                  stream);
+                                  launcher::sync_stream(stream));
 }
 
 template <class Backend, class Policy>
