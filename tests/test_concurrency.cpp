@@ -570,8 +570,8 @@ void hot_key_promotions() {
     start.arrive_and_wait();
     for (int it = 0; it < per_thread && !L.failed(); ++it) {
       ccht::tick_type const tick = clock.fetch_add(1, std::memory_order_relaxed) + 1;
-      last = std::max(last, tick);
       unsigned const c = rng() % 16;
+      if (c < 15) { last = std::max(last, tick); }  // contains (c == 15) does not promote
       if (c < 12) {  // an unlocked promotion
         value_type v = 0;
         if (!r.find(tile, hot, v, tick)) {
