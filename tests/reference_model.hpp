@@ -7,9 +7,13 @@
 //   the min-score slot of each bucket (lowest slot on a tie) and the bucket whose min is strictly
 //   smaller loses its victim (the first bucket on a tie).
 // - find promotes like a hit; contains does not; erase frees the slot.
+// - Pins (pinnable policies): a pinned slot is never a victim and its score does not change on
+//   hits or assigns; releasing its last pin applies a hit at the release's tick. An insert whose
+//   two buckets are full of pinned slots fails (no_space) and changes nothing.
 #pragma once
 
 #include <ccht/core/hash.hpp>
+#include <ccht/core/pin.hpp>
 #include <ccht/core/policy.hpp>
 #include <ccht/core/types.hpp>
 
@@ -87,6 +91,7 @@ class reference_model {
     key_type key = ccht::empty_key;
     value_type value = 0;
     model_score score{};
+    std::uint32_t pins = 0;
   };
   using bucket_state = std::array<slot, B>;
 
@@ -101,7 +106,7 @@ class reference_model {
   std::optional<value_type> find(key_type key, tick_type tick) {
     slot* s = locate(key);
     if (s == nullptr) { return std::nullopt; }
-    s->score = model_policy<Policy>::on_hit(s->score, tick);
+    if (s->pins == 0) { s->score = model_policy<Policy>::on_hit(s->score, tick); }
     return s->value;
   }
 
@@ -120,7 +125,7 @@ class reference_model {
   model_upsert insert_or_assign(key_type key, value_type value, tick_type tick) {
     if (slot* s = locate(key)) {
       s->value = value;
-      s->score = model_policy<Policy>::on_hit(s->score, tick);
+      if (s->pins == 0) { s->score = model_policy<Policy>::on_hit(s->score, tick); }
       return {ccht::op_status::assigned};
     }
     auto const cb = ccht::candidates(key, seed_, num_buckets());
@@ -134,12 +139,35 @@ class reference_model {
         }
       }
     }
-    slot& v1 = min_slot(b1);
-    slot& v2 = min_slot(b2);
-    slot& victim = v2.score < v1.score ? v2 : v1;
+    slot* v1 = min_unpinned(b1);
+    slot* v2 = min_unpinned(b2);
+    if (v1 == nullptr && v2 == nullptr) { return {ccht::op_status::no_space}; }
+    slot& victim = v1 == nullptr ? *v2 : v2 == nullptr ? *v1 : v2->score < v1->score ? *v2 : *v1;
     model_upsert r{ccht::op_status::inserted_evicted, victim.key, victim.value};
     victim = {key, value, model_policy<Policy>::on_insert(tick)};
     return r;
+  }
+
+  /// Pins @p key (at most max_pins). Returns the value, or nullopt when absent or saturated.
+  ccht::pin_status pin(key_type key, value_type& value) {
+    slot* s = locate(key);
+    if (s == nullptr) { return ccht::pin_status::absent; }
+    value = s->value;
+    if (s->pins == ccht::max_pins) { return ccht::pin_status::saturated; }
+    ++s->pins;
+    return ccht::pin_status::done;
+  }
+  ccht::pin_status unpin(key_type key, tick_type tick) {
+    slot* s = locate(key);
+    if (s == nullptr) { return ccht::pin_status::absent; }
+    if (s->pins == 0) { return ccht::pin_status::not_pinned; }
+    if (--s->pins == 0) { s->score = model_policy<Policy>::on_hit(s->score, tick); }
+    return ccht::pin_status::done;
+  }
+  /// Pins held by @p key (0 when absent).
+  std::uint32_t pins(key_type key) {
+    slot* s = locate(key);
+    return s == nullptr ? 0 : s->pins;
   }
 
   std::size_t size() const {
@@ -178,12 +206,12 @@ class reference_model {
     }
     return nullptr;
   }
-  static slot& min_slot(bucket_state& b) {
-    slot* m = &b[0];
+  static slot* min_unpinned(bucket_state& b) {
+    slot* m = nullptr;
     for (slot& s : b) {
-      if (s.score < m->score) { m = &s; }  // strict: lowest slot wins ties
+      if (s.pins == 0 && (m == nullptr || s.score < m->score)) { m = &s; }  // lowest slot wins ties
     }
-    return *m;
+    return m;
   }
 
   std::uint64_t seed_;

@@ -52,24 +52,37 @@ void expect_core_matches(core_table<Bs> const& t, reference_model<Policy, Bs> co
       ASSERT_EQ(t.buckets[b].keys[s], ms.key) << "step " << step << " bucket " << b << " slot " << s;
       if (ms.key == ccht::empty_key) { continue; }
       ASSERT_EQ(t.buckets[b].values[s], ms.value) << "step " << step << " bucket " << b << " slot " << s;
-      ASSERT_EQ(t.buckets[b].scores[s], model_policy<Policy>::encode(ms.score))
+      ASSERT_EQ(t.buckets[b].scores[s],
+                model_policy<Policy>::encode(ms.score) + ms.pins * ccht::pin_one)
           << "step " << step << " bucket " << b << " slot " << s;
     }
   }
 }
 
+/// Bucket of @p k after a pin or unpin (which locks only that one), or ~0 when absent.
+template <int Bs>
+std::uint32_t pinned_bucket(core_table<Bs> const& t, key_type k, ccht::candidate_buckets cb) {
+  for (std::uint32_t b : {cb.first, cb.second}) {
+    for (int s = 0; s < Bs; ++s) {
+      if (t.buckets[b].keys[s] == k) { return b; }
+    }
+  }
+  return ~std::uint32_t{0};
+}
+
 template <class Policy, int Bs>
 void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
-                          std::uint64_t seed, unsigned rng_seed, int ops_per_tick = 1) {
+                          std::uint64_t seed, unsigned rng_seed, int ops_per_tick = 1,
+                          bool with_pins = false) {
   using ops = ccht::bucket_ops<Policy, Bs>;
   core_table<Bs> t(nb, seed);
   reference_model<Policy, Bs> m(nb, seed);
   std::mt19937_64 rng(rng_seed);
   ccht::scalar_tile const tile{};
-  std::size_t evictions = 0;
+  std::size_t evictions = 0, no_space = 0;
   for (int step = 0; step < steps; ++step) {
     key_type const k = (rng() % universe) * 7919 + 3;
-    unsigned const kind = rng() % 10;
+    unsigned const kind = rng() % (with_pins ? 14 : 10);
     auto const versions_before = t.versions;
     auto const cb = ccht::candidates(k, seed, nb);
     bool writes = false;
@@ -93,22 +106,37 @@ void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
         ASSERT_EQ(ev, u.evicted_value) << "step " << step;
         ++evictions;
       }
+      no_space += s == op_status::no_space;
       writes = true;
     } else if (kind == 8) {
       ASSERT_EQ(ops::erase(tile, t.view, k), m.erase(k)) << "erase " << k << " step " << step;
       writes = true;
-    } else {
+    } else if (kind == 9) {
       ASSERT_EQ(ops::contains(tile, t.view, k), m.contains(k)) << "contains " << k;
+    } else if constexpr (Policy::pinnable) {
+      // Pins: unpins a little rarer than pins, so buckets fill with pinned entries (no_space).
+      writes = m.contains(k);
+      if (kind < 12) {
+        value_type v = 0, mv = 0;
+        auto const st = ops::pin(tile, t.view, k, v);
+        ASSERT_EQ(st, m.pin(k, mv)) << "pin " << k << " step " << step;
+        if (st != ccht::pin_status::absent) { ASSERT_EQ(v, mv) << "pin " << k; }
+      } else {
+        ASSERT_EQ(ops::unpin(tile, t.view, k, tick), m.unpin(k, tick)) << "unpin " << k << " step " << step;
+      }
     }
-    // Writers lock and release exactly their two buckets (+2 each); readers write no version.
+    // Writers lock and release exactly their two buckets (+2 each), a pin or unpin only the
+    // key's bucket; readers write no version.
     for (std::uint32_t b = 0; b < nb; ++b) {
-      bool const mine = writes && (b == cb.first || b == cb.second);
+      bool mine = writes && (b == cb.first || b == cb.second);
+      if (kind >= 10 && writes) { mine = b == pinned_bucket(t, k, cb); }
       ASSERT_EQ(t.versions[b], versions_before[b] + (mine ? 2u : 0u)) << "bucket " << b;
     }
     expect_core_matches(t, m, step);
     if (::testing::Test::HasFatalFailure()) { return; }
   }
   EXPECT_GT(evictions, std::size_t(steps) / 20);
+  if (with_pins) { EXPECT_GT(no_space, 0u) << "no insert met two buckets of pinned entries"; }
 }
 
 template <class Policy>
@@ -129,6 +157,18 @@ TYPED_TEST(CoreModel, BucketSize4TiedTicks) {
   // Equal minima: the first bucket loses; equal scores in a bucket: the lowest slot loses.
   run_core_equivalence<TypeParam, 4>(3, 40, 30000, 0x71e5, 35, 8);
 }
+// Pins: pinned slots are never victims, their scores hold the pin count, and an insert into two
+// buckets of pinned entries fails with no_space, op by op against the model.
+TEST(CoreModelPins, LruBucketSize4) {
+  run_core_equivalence<ccht::lru, 4>(4, 40, 30000, 0x9140, 36, 1, true);
+}
+TEST(CoreModelPins, FifoBucketSize4) {
+  run_core_equivalence<ccht::fifo, 4>(4, 40, 30000, 0x9141, 37, 1, true);
+}
+TEST(CoreModelPins, LruBucketSize1) {
+  run_core_equivalence<ccht::lru, 1>(4, 12, 20000, 0x9142, 38, 1, true);
+}
+
 TEST(CoreModelWide, BucketSize32Lru) {
   run_core_equivalence<ccht::lru, 32>(3, 250, 20000, 8, 34);
 }

@@ -408,3 +408,46 @@ TEST_F(DeviceRef, PendingErrorFromEarlierWorkIsReportedAsSuch) {
   t.insert_or_assign({keys.get(), 3}, {values.get(), 3}, {ek.get(), 3}, {ev.get(), 3});
   EXPECT_EQ(t.size(), 3u);
 }
+
+// ---- pins on the device (core/pin.hpp) -----------------------------------------------------------
+
+__global__ void pin_kernel(ref_type ref, key_type key, std::size_t n, bool unpin, int* failures) {
+  auto const tile = cg::tiled_partition<tile_size>(cg::this_thread_block());
+  std::size_t const t = (std::size_t{blockIdx.x} * blockDim.x + threadIdx.x) / tile_size;
+  if (t >= n) { return; }
+  value_type v = 0;
+  ccht::pin_status const st = unpin ? ref.unpin(tile, key) : ref.pin(tile, key, v);
+  if (tile.thread_rank() == 0 && st != ccht::pin_status::done) { atomicAdd(failures, 1); }
+}
+
+TEST_F(DeviceRef, ConcurrentPinsCountAndProtect) {
+  cuda_table t(std::size_t{1} << 10);
+  key_type const hot = 11;
+  upsert(t, {hot}, {tagged(hot, 1)});
+  std::size_t const n = 1500;  // below max_pins
+  device_array<int> failures(std::vector<int>{0});
+  pin_kernel<<<blocks_for_tiles(n), block_threads>>>(t.ref(), hot, n, false, failures.get());
+  ccht::detail::check_cuda(cudaGetLastError(), "pin_kernel launch");
+  ccht::cuda_backend::synchronize();
+  EXPECT_EQ(failures.to_host()[0], 0);
+  auto s = score_of(t, hot);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(ccht::pins_of(*s), n) << "concurrent pins were lost";
+  // A flood of distinct inserts, ten times the table, in one launch: the pinned key stays.
+  auto const flood = distinct_keys(10 << 10, 41, {hot});
+  std::vector<value_type> fv(flood.size());
+  for (std::size_t i = 0; i < flood.size(); ++i) { fv[i] = tagged(flood[i], 2); }
+  auto const out = upsert(t, flood, fv);
+  for (std::size_t i = 0; i < flood.size(); ++i) {
+    if (out.status[i] == op_status::inserted_evicted) { ASSERT_NE(out.evicted_keys[i], hot); }
+  }
+  std::unordered_map<key_type, value_type> const just_hot{{hot, tagged(hot, 1)}};
+  expect_finds_match(t, just_hot, {hot}, false);
+  pin_kernel<<<blocks_for_tiles(n), block_threads>>>(t.ref(), hot, n, true, failures.get());
+  ccht::detail::check_cuda(cudaGetLastError(), "pin_kernel launch");
+  ccht::cuda_backend::synchronize();
+  EXPECT_EQ(failures.to_host()[0], 0);
+  s = score_of(t, hot);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(ccht::pins_of(*s), 0u);
+}

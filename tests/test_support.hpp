@@ -326,6 +326,7 @@ inline char const* to_string(ccht::op_status s) {
     case ccht::op_status::assigned: return "assigned";
     case ccht::op_status::inserted: return "inserted";
     case ccht::op_status::inserted_evicted: return "inserted_evicted";
+    case ccht::op_status::no_space: return "no_space";
   }
   return "?";
 }

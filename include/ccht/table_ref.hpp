@@ -118,6 +118,29 @@ class table_ref {
     check_callable_here<Tile>();
     return insert_or_assign(tile, key, value, evicted_key, evicted_value, next_ticks(tile));
   }
+  /**
+   * @brief Pins @p key (core/pin.hpp): it is not evicted until unpinned as often; its value goes
+   *        to @p value. Pinnable policies only (lru, fifo, double_lru, coarse_lru).
+   * @return pin_status::done, absent, or saturated (ccht::max_pins held already)
+   */
+  template <class Tile>
+  CCHT_HOST_DEVICE pin_status pin(Tile const& tile, key_type key, value_type& value) const noexcept {
+    check_callable_here<Tile>();
+    return ops::pin(tile, view_, key, value);
+  }
+  /// Releases one pin of @p key; the last release is a use at @p tick.
+  /// @return pin_status::done, absent, or not_pinned
+  template <class Tile>
+  CCHT_HOST_DEVICE pin_status unpin(Tile const& tile, key_type key, tick_type tick) const noexcept {
+    check_callable_here<Tile>();
+    return ops::unpin(tile, view_, key, tick);
+  }
+  /// unpin() with a tick from the table's clock.
+  template <class Tile>
+  CCHT_HOST_DEVICE pin_status unpin(Tile const& tile, key_type key) const noexcept {
+    check_callable_here<Tile>();
+    return unpin(tile, key, next_ticks(tile));
+  }
   /// Erases @p key; true when it was present.
   template <class Tile>
   CCHT_HOST_DEVICE bool erase(Tile const& tile, key_type key) const noexcept {

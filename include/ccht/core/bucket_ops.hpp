@@ -26,6 +26,7 @@
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/config.hpp>
 #include <ccht/core/hash.hpp>
+#include <ccht/core/pin.hpp>
 #include <ccht/core/tile.hpp>
 #include <ccht/core/types.hpp>
 
@@ -315,6 +316,16 @@ struct bucket_ops {
         detail::count_value_read(acc);  // the victim's value, to report it
         int const s1 = detail::min_score_slot(tile, b1, m1);
         int const s2 = detail::min_score_slot(tile, b2, m2);
+        if constexpr (Policy::pinnable) {
+          // Pinned scores are at least pin_one, so the smaller minimum is unpinned if any is.
+          if (is_pinned_score(m1) && is_pinned_score(m2)) {
+            if (tile.thread_rank() == 0) {
+              detail::store_release(v.versions[hi], vhi + 1);
+              detail::store_release(v.versions[lo], vlo + 1);
+            }
+            return op_status::no_space;
+          }
+        }
         bool const second_older = m2 < m1;
         target = second_older ? &b2 : &b1;
         slot = second_older ? s2 : s1;
@@ -407,6 +418,67 @@ struct bucket_ops {
     return slot >= 0;
   }
 
+  /**
+   * @brief Adds a pin to @p key's entry (core/pin.hpp): until as many unpin() calls, no insert
+   *        or global eviction chooses it as a victim. Writes its value to @p value.
+   *
+   * Finds the key without a lock, then locks only the bucket that holds it and checks again, so
+   * it never waits while holding a lock (no deadlock with the two-bucket writers). Promotions do
+   * not change a pinned score; the entry's recency is set by its last unpin().
+   * @return pin_status::done, absent, or saturated (max_pins held; nothing changed)
+   */
+  template <class Tile>
+  CCHT_HOST_DEVICE static pin_status pin(Tile const& tile, view_type const& v, key_type key,
+                                         value_type& value, access_counts* acc = nullptr) noexcept {
+    static_assert(Policy::pinnable, "this policy's scores have no room for pins");
+    pin_status st = pin_status::absent;
+    with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t, int slot) {
+      score_type& s = b.scores[slot];
+      if (pins_of(detail::load_relaxed(s)) >= max_pins) {
+        st = pin_status::saturated;
+      } else {
+        // An atomic add: unlocked promotions (an atomic max) may hit the same word meanwhile.
+        detail::atomic_ref_t<score_type>(s).fetch_add(pin_one, cuda::std::memory_order_relaxed);
+        st = pin_status::done;
+      }
+      value = detail::load_relaxed(b.values[slot]);
+    });
+    value = tile.shfl(value, 0);
+    return static_cast<pin_status>(tile.shfl(static_cast<int>(st), 0));
+  }
+
+  /**
+   * @brief Releases one pin of @p key's entry. The last one counts as a use at @p tick (its score
+   *        becomes on_hit(score, tick)), and lowers the bucket's tail-index word if needed, as
+   *        the entry can be a victim again.
+   * @return pin_status::done, absent, or not_pinned (nothing changed)
+   */
+  template <class Tile>
+  CCHT_HOST_DEVICE static pin_status unpin(Tile const& tile, view_type const& v, key_type key,
+                                           tick_type tick, access_counts* acc = nullptr) noexcept {
+    static_assert(Policy::pinnable, "this policy's scores have no room for pins");
+    pin_status st = pin_status::absent;
+    with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
+      score_type& s = b.scores[slot];
+      if (pins_of(detail::load_relaxed(s)) == 0) {
+        st = pin_status::not_pinned;
+        return;
+      }
+      score_type const left =
+          detail::atomic_ref_t<score_type>(s).fetch_sub(pin_one, cuda::std::memory_order_relaxed) -
+          pin_one;
+      st = pin_status::done;
+      if (is_pinned_score(left)) { return; }
+      detail::promote_locked<Policy>(s, tick);
+      // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
+      if (v.tails != nullptr &&
+          detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask)) {
+        detail::count_tail_write(acc);
+      }
+    });
+    return static_cast<pin_status>(tile.shfl(static_cast<int>(st), 0));
+  }
+
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).
   /// Force-inlined: a function whose only effect is __builtin_prefetch is "pure" to GCC's IPA,
   /// so an out-of-line call to it is deleted as dead code and nothing is prefetched.
@@ -440,6 +512,44 @@ struct bucket_ops {
     (void)v;
     (void)key;
 #endif
+  }
+
+ private:
+  /**
+   * Runs f(bucket, bucket index, slot) on lane 0 with the bucket holding @p key locked, if the
+   * key is present (found optimistically, then checked again under the lock). Locks one bucket
+   * at a time and never waits while holding one.
+   */
+  template <class Tile, class F>
+  CCHT_HOST_DEVICE static void with_key_locked(Tile const& tile, view_type const& v, key_type key,
+                                               access_counts* acc, F&& f) noexcept {
+    candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
+    for (int attempt = 0;; ++attempt) {
+      value_type ignored;
+      std::uint32_t bi = cb.first;
+      detail::count_probe<BucketSize>(acc);
+      if (detail::read_bucket(tile, v.buckets[bi], v.versions[bi], key, ignored) < 0) {
+        bi = cb.second;
+        detail::count_probe<BucketSize>(acc);
+        if (detail::read_bucket(tile, v.buckets[bi], v.versions[bi], key, ignored) < 0) { return; }
+      }
+      std::uint32_t held = 0;
+      if (tile.thread_rank() == 0) {
+        held = detail::lock_bucket(v.versions[bi]);
+        detail::fence_release();  // the slot's stores must not be seen before the odd version
+      }
+      tile.sync();
+      detail::fence_acquire();
+      int const slot = detail::find_slot(tile, v.buckets[bi], key);
+      if (slot >= 0) {
+        detail::count_slot_write(acc);
+        if (tile.thread_rank() == 0) { f(v.buckets[bi], bi, slot); }
+      }
+      if (tile.thread_rank() == 0) { detail::store_release(v.versions[bi], held + 1); }
+      // Gone between the read and the lock (erased or evicted, perhaps moved by a re-insert):
+      // look again; a key that is really absent ends the loop in the reads above.
+      if (slot >= 0 || attempt > 0) { return; }
+    }
   }
 };
 

@@ -42,6 +42,7 @@
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/config.hpp>
 #include <ccht/core/hash.hpp>
+#include <ccht/core/pin.hpp>
 #include <ccht/core/policy.hpp>
 #include <ccht/core/tile.hpp>
 #include <ccht/core/types.hpp>
@@ -67,17 +68,26 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t sample_bucket(bucket_array_view<
 /**
  * @brief Global rank of a bucket (smaller is evicted first) and its victim slot, read with
  *        relaxed loads (a hint when unlocked, exact when the caller holds the lock).
- * @return no_rank for an empty bucket
+ *
+ * Pinned entries (core/pin.hpp) are neither victims nor ranked: a bucket of only pinned entries
+ * ranks as an empty one. (Scores of the policies with a global layer are ticks, below pin_one
+ * unless pinned.)
+ * @param occupied if not null, set to whether the bucket holds any entry, pinned or not
+ * @return no_rank for a bucket without an unpinned entry
  */
 template <global_layer G, class Tile, int B>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type bucket_rank(Tile const& tile, bucket<B> const& b,
-                                                         int& victim) noexcept {
+                                                         int& victim,
+                                                         bool* occupied = nullptr) noexcept {
   constexpr int T = static_cast<int>(Tile::num_threads());
   score_type lo = no_rank, hi = 0;
   int lo_slot = B;
+  bool any = false;
   for (int i = static_cast<int>(tile.thread_rank()); i < B; i += T) {
     if (load_relaxed(b.keys[i]) == empty_key) { continue; }
+    any = true;
     score_type const s = load_relaxed(b.scores[i]);
+    if (is_pinned_score(s)) { continue; }
     if (s < lo || (s == lo && i < lo_slot)) {
       lo = s;
       lo_slot = i;
@@ -94,6 +104,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type bucket_rank(Tile const& tile, bucke
     }
     if (ohi > hi) { hi = ohi; }
   }
+  if (occupied != nullptr) { *occupied = tile.ballot(any) != 0; }
   victim = lo_slot;
   if (lo_slot == B) { return no_rank; }
   return G == global_layer::bucket_lru ? hi : lo;
@@ -220,13 +231,28 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE bool lower_tail(bucket_array_view<B> const& v,
   return true;
 }
 
-/// Sets held bucket @p b's tail word to its true oldest score (no_rank when empty).
+/**
+ * @brief The tail word of a held bucket whose oldest unpinned score is @p rank: the rank itself;
+ *        no_rank only when the bucket is empty; @p now for a bucket of pinned entries only.
+ *
+ * Why not no_rank for a pinned-only bucket: an insert lowers a word only when its bucket was
+ * empty, so a later entry there must find a word no larger than its tick; @p now (the current
+ * operation's tick) is, and unpin() lowers the word when an entry becomes evictable again.
+ */
+CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type tail_word(score_type rank, bool occupied,
+                                                       tick_type now) noexcept {
+  return rank != no_rank || !occupied ? rank : now;
+}
+
+/// Sets held bucket @p b's tail word to its true oldest unpinned score (see tail_word).
 template <class Tile, int B>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void refresh_tail(Tile const& tile, bucket_array_view<B> const& v,
-                                                    std::uint32_t b, access_counts* acc) noexcept {
+                                                    std::uint32_t b, tick_type now,
+                                                    access_counts* acc) noexcept {
   int slot;
-  score_type const r = bucket_rank<global_layer::entry_lru>(tile, v.buckets[b], slot);
-  if (tile.thread_rank() == 0) { store_relaxed(v.tails[b], r); }
+  bool occupied = false;
+  score_type const r = bucket_rank<global_layer::entry_lru>(tile, v.buckets[b], slot, &occupied);
+  if (tile.thread_rank() == 0) { store_relaxed(v.tails[b], tail_word(r, occupied, now)); }
   count_tail_write(acc);
 }
 
@@ -305,7 +331,9 @@ CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> co
         continue;
       }
       int slot;
-      score_type const r = bucket_rank<global_layer::entry_lru>(tile, v.buckets[b1], slot);
+      bool occupied = false;
+      score_type const r =
+          bucket_rank<global_layer::entry_lru>(tile, v.buckets[b1], slot, &occupied);
       count_rank<global_layer::entry_lru, B>(acc);
       if (r != no_rank && (r <= m2 || check + 1 == max_checks)) {
         out.bucket = b1;
@@ -314,12 +342,13 @@ CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> co
         return true;
       }
       // A stale word: correct it (exact now, under the lock) and look again.
+      score_type const w = tail_word(r, occupied, tick);
       if (tile.thread_rank() == 0) {
-        store_relaxed(v.tails[b1], r);
+        store_relaxed(v.tails[b1], w);
         if (!own) { store_release(v.versions[b1], held + 1); }
       }
       count_tail_write(acc);
-      correct(b1, r);
+      correct(b1, r == no_rank ? no_rank : w);  // a pinned-only bucket is not ranked again here
     }
   }
   return false;
@@ -419,8 +448,9 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void release_victim(Tile const& tile,
 /// Frees the victim's slot (its bucket held); its pair goes to @p ek / @p ev on every lane.
 template <class Tile, int B>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_array_view<B> const& v,
-                                                   global_victim const& gv, key_type& ek,
-                                                   value_type& ev, access_counts* acc) noexcept {
+                                                   global_victim const& gv, tick_type now,
+                                                   key_type& ek, value_type& ev,
+                                                   access_counts* acc) noexcept {
   bucket<B>& b = v.buckets[gv.bucket];
   if (tile.thread_rank() == 0) {
     ek = load_relaxed(b.keys[gv.slot]);
@@ -433,7 +463,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_arra
   ev = tile.shfl(ev, 0);
   if (v.tails != nullptr) {  // the bucket's oldest entry just left: its word is exact again
     tile.sync();             // lane 0's store of the empty key, for the other lanes' scan
-    refresh_tail(tile, v, gv.bucket, acc);
+    refresh_tail(tile, v, gv.bucket, now, acc);
   }
 }
 
@@ -450,7 +480,7 @@ CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const&
                                    access_counts* acc) noexcept {
   global_victim gv;
   if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
-  take_victim(tile, v, gv, ek, ev, acc);
+  take_victim(tile, v, gv, tick, ek, ev, acc);
   release_victim(tile, v, gv);
   victim_bucket = gv.bucket;
   return true;

@@ -258,7 +258,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
 
   // Settle the eviction: at most one entry leaves.
   if (victim && !used_victim && !dropped) {
-    take_victim(tile, v, gv, evicted_key, evicted_value, acc);  // lane 0's copy suffices below
+    take_victim(tile, v, gv, tick, evicted_key, evicted_value, acc);  // lane 0's copy suffices below
     used_victim = true;
   }
   if (dropped) {

@@ -55,6 +55,8 @@ struct lru {
   static constexpr bool promotes_on_hit = true;
   /// Whether on_hit(s, t) == max(s, on_insert(t)): promotion is then one atomic max.
   static constexpr bool promotes_by_max = true;
+  /// Whether entries can be pinned (core/pin.hpp): scores are ticks below ccht::pin_one.
+  static constexpr bool pinnable = true;
   /// Score of a freshly inserted entry.
   CCHT_HOST_DEVICE static constexpr score_type on_insert(tick_type t) noexcept { return t; }
   /// Score after a hit or an update of an entry whose score was @p s.
@@ -75,6 +77,8 @@ struct fifo {
   static constexpr bool promotes_on_hit = false;
   /// Whether promotion is an atomic max (nothing to promote here).
   static constexpr bool promotes_by_max = false;
+  /// Whether entries can be pinned (core/pin.hpp): scores are ticks below ccht::pin_one.
+  static constexpr bool pinnable = true;
   /// Score of a freshly inserted entry.
   CCHT_HOST_DEVICE static constexpr score_type on_insert(tick_type t) noexcept { return t; }
   /// Score after a hit or an update: unchanged.
@@ -93,6 +97,8 @@ struct lfu {
   static constexpr bool promotes_on_hit = true;
   /// Whether promotion is an atomic max: no, a count is incremented (a CAS loop).
   static constexpr bool promotes_by_max = false;
+  /// Whether entries can be pinned: no, the use count occupies the pin bits.
+  static constexpr bool pinnable = false;
   /// Bits of the score holding the tick of the last use.
   static constexpr int tick_bits = 48;
   /// Largest count kept; further uses leave it there.
@@ -152,6 +158,8 @@ struct lru_cht : lru {
   static constexpr global_layer global = global_layer::entry_lru;
   /// Kick-out insertion (core/kickout.hpp).
   static constexpr bool kick_out = true;
+  /// No pins: a kick chain ends by evicting whichever entry is homeless.
+  static constexpr bool pinnable = false;
 };
 
 /**
@@ -166,6 +174,8 @@ struct random_cht : lru {
   static constexpr global_layer global = global_layer::random;
   /// Kick-out insertion (core/kickout.hpp).
   static constexpr bool kick_out = true;
+  /// No pins: a kick chain ends by evicting whichever entry is homeless.
+  static constexpr bool pinnable = false;
 };
 
 }  // namespace ccht

@@ -46,6 +46,9 @@ enum class op_status : std::uint8_t {
   assigned = 2,          ///< insert_or_assign: the key existed; value updated and entry promoted
   inserted = 3,          ///< insert_or_assign: new key placed in a free slot
   inserted_evicted = 4,  ///< insert_or_assign: new key placed after evicting another entry
+  /// insert_or_assign of a pinnable policy: both candidate buckets are full of pinned entries
+  /// (core/pin.hpp); nothing changed
+  no_space = 5,
 };
 
 }  // namespace ccht

@@ -1,0 +1,58 @@
+/**
+ * @file pin.hpp
+ * @brief Pins: a per-entry reference count that keeps an entry from being evicted, held in the
+ *        high bits of its score word (the base of the page cache's "pinned page").
+ *
+ * Score layout of a pinnable policy (Policy::pinnable: lru, fifo, double_lru, coarse_lru):
+ *   bits 0-51  the policy's score (a tick; ticks must stay below 2^52, 4.5e15 operations)
+ *   bits 52-62 the pin count (at most max_pins)
+ * So a pinned entry's score is at least pin_one and an unpinned one's is below it: every victim
+ * choice, which already reads the scores to find the smallest, skips pinned entries for free: no
+ * extra memory access per candidate, no separate pin array to consult. A promotion is an atomic
+ * max with a tick (< pin_one), which leaves a pinned score alone; the entry's recency is set when
+ * its last pin is released (a release is a use).
+ *
+ * Pins and unpins take the lock of the key's bucket (core/bucket_ops.hpp: pin, unpin), so that a
+ * writer choosing a victim under the same lock never races with a pin; a pin is a write, like an
+ * upsert. Entries of a bucket whose entries are all pinned are never evicted: an insert whose two
+ * buckets are full of pinned entries fails with op_status::no_space and changes nothing, and the
+ * global layer (core/global.hpp) ranks such a bucket as if it held no entry. When every entry
+ * the global layer looks at is pinned, an insert at capacity takes its free slot anyway (the
+ * overshoot of core/global.hpp); a layer that must not exceed its capacity (the page cache)
+ * checks the live count itself. erase() removes an entry whatever its pins: the layer above
+ * decides whether that is allowed.
+ */
+#pragma once
+
+#include <ccht/core/config.hpp>
+#include <ccht/core/types.hpp>
+
+#include <cstdint>
+
+namespace ccht {
+
+/// Bit of the score word where the pin count starts.
+inline constexpr int pin_shift = 52;
+/// One pin, as added to a score word.
+inline constexpr score_type pin_one = score_type{1} << pin_shift;
+/// Most pins one entry can hold.
+inline constexpr std::uint32_t max_pins = (1u << 11) - 1;
+/// Mask of a pinnable policy's own score bits.
+inline constexpr score_type pin_score_mask = pin_one - 1;
+
+/// Pins held in score word @p s of a pinnable policy.
+CCHT_HOST_DEVICE constexpr std::uint32_t pins_of(score_type s) noexcept {
+  return static_cast<std::uint32_t>((s >> pin_shift) & max_pins);
+}
+/// Whether score word @p s of a pinnable policy is pinned.
+CCHT_HOST_DEVICE constexpr bool is_pinned_score(score_type s) noexcept { return s >= pin_one; }
+
+/// Outcome of a pin or an unpin of one key.
+enum class pin_status : std::uint8_t {
+  done = 0,        ///< the pin was taken or released
+  absent = 1,      ///< the key is not in the table
+  saturated = 2,   ///< pin: the entry already holds max_pins pins; nothing changed
+  not_pinned = 3,  ///< unpin: the entry holds no pin; nothing changed
+};
+
+}  // namespace ccht
