@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ccht/backend.hpp>
+#include <ccht/cache/kv_keys.hpp>
 #include <ccht/config.hpp>
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/bucket_ops.hpp>
