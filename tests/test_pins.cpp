@@ -9,8 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <latch>
 #include <map>
 #include <random>
@@ -134,11 +132,6 @@ void run_global_pins(ccht::victim_search search, unsigned seed) {
     }
     if (step % 64 == 0) {
       ASSERT_EQ(t.size(), m.size()) << "step " << step;
-      if (std::getenv("PIN_DEBUG")) {
-        std::size_t p = 0;
-        for (auto const& [key, e] : m) { p += e.pins > 0; }
-        std::printf("step %d size %zu pinned %zu\n", step, m.size(), p);
-      }
     }
     // Keep the table from filling with pins for good: now and then release everything.
     if (step % 3000 == 2999) {
