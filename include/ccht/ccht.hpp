@@ -6,6 +6,7 @@
 
 #include <ccht/backend.hpp>
 #include <ccht/cache/kv_keys.hpp>
+#include <ccht/cache/page_cache.hpp>
 #include <ccht/config.hpp>
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/bucket_ops.hpp>

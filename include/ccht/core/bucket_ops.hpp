@@ -182,6 +182,30 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
                                                     value_type& evicted_value,
                                                     access_counts* acc) noexcept;
 
+
+/**
+ * @brief Insert hook of plain upserts (bucket_ops::insert_or_assign): an existing key is
+ *        assigned, a new entry stores the caller's value and an unpinned score.
+ *
+ * Layers above the table (the page cache) pass their own hook to bucket_ops::insert_with to
+ * make the value of a new entry from what it evicts, or to refuse a free slot, inside the two
+ * bucket locks. A hook's members are called by lane 0 only.
+ */
+struct upsert_hook {
+  /// Whether an existing key is updated (true) or left alone and reported as assigned (false).
+  static constexpr bool assigns_existing = true;
+  /// Added to a new entry's score (pin_one: the entry starts with one pin).
+  static constexpr score_type initial_pins = 0;
+  /// Called before a new entry takes a free slot without evicting anything; false refuses it
+  /// (the insert then changes nothing and returns op_status::no_space).
+  CCHT_HOST_DEVICE bool reserve() noexcept { return true; }
+  /// Value stored in a new entry, given whether it evicted an entry and that entry's value.
+  CCHT_HOST_DEVICE value_type value_for(value_type value, bool /*evicted*/,
+                                        value_type /*victim_value*/) noexcept {
+    return value;
+  }
+};
+
 }  // namespace detail
 
 /**
@@ -263,7 +287,28 @@ struct bucket_ops {
     if constexpr (Policy::kick_out) {  // LRU-CHT / Random-CHT baselines: core/kickout.hpp
       return detail::kickout_insert_or_assign<Policy>(tile, v, key, value, tick, evicted_key,
                                                       evicted_value, acc);
+    } else {
+      detail::upsert_hook hook;
+      return insert_with(tile, v, key, value, tick, evicted_key, evicted_value, hook, acc);
     }
+  }
+
+  /**
+   * @brief insert_or_assign() with a hook (see detail::upsert_hook) deciding, under the two
+   *        bucket locks, what an existing key gets, what a new entry stores, and whether it may
+   *        take a free slot. Not for kick-out policies.
+   *
+   * With a hook whose assigns_existing is false, an existing key is left unchanged: the result
+   * is op_status::assigned and its value goes to @p value. A refused reserve() returns
+   * op_status::no_space and changes nothing.
+   */
+  template <class Tile, class Hook>
+  CCHT_HOST_DEVICE static op_status insert_with(Tile const& tile, view_type const& v,
+                                                key_type key, value_type& value, tick_type tick,
+                                                key_type& evicted_key, value_type& evicted_value,
+                                                Hook& hook, access_counts* acc = nullptr) noexcept {
+    static_assert(!Policy::kick_out, "kick-out policies insert through core/kickout.hpp");
+    static_assert(Hook::initial_pins == 0 || Policy::pinnable, "this policy has no pins");
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
     std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
@@ -333,6 +378,22 @@ struct bucket_ops {
       }
     }
 
+    auto unlock = [&] {
+      if (tile.thread_rank() == 0) {
+        detail::store_release(v.versions[hi], vhi + 1);
+        detail::store_release(v.versions[lo], vlo + 1);
+      }
+    };
+    if constexpr (!Hook::assigns_existing) {
+      if (status == op_status::assigned) {  // present: report its value, change nothing
+        value_type current = 0;
+        if (tile.thread_rank() == 0) { current = detail::load_relaxed(target->values[slot]); }
+        unlock();
+        value = tile.shfl(current, 0);
+        return status;
+      }
+    }
+
     // Tail index (global.hpp): a new entry can be a bucket's oldest only in a bucket that was
     // empty, or that the global eviction below may empty (its word is then refreshed first).
     bool note_tail = false;
@@ -353,6 +414,17 @@ struct bucket_ops {
         }
       }
     }
+    if (status == op_status::inserted) {  // a free slot and no victim: may the entry take it?
+      int ok = 1;
+      if (tile.thread_rank() == 0) { ok = hook.reserve() ? 1 : 0; }
+      if (tile.shfl(ok, 0) == 0) {
+        if constexpr (Policy::global != global_layer::none) {
+          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+        }
+        unlock();
+        return op_status::no_space;
+      }
+    }
 
     detail::count_slot_write(acc);
     if (tile.thread_rank() == 0) {
@@ -365,8 +437,9 @@ struct bucket_ops {
           evicted_key = detail::load_relaxed(target->keys[slot]);
           evicted_value = detail::load_relaxed(target->values[slot]);
         }
+        value = hook.value_for(value, status == op_status::inserted_evicted, evicted_value);
         detail::store_relaxed(target->values[slot], value);
-        detail::store_relaxed(score, Policy::on_insert(tick));
+        detail::store_relaxed(score, Policy::on_insert(tick) + Hook::initial_pins);
         detail::store_relaxed(target->keys[slot], key);
         if (note_tail &&
             detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick))) {
@@ -380,6 +453,7 @@ struct bucket_ops {
       evicted_key = tile.shfl(evicted_key, 0);
       evicted_value = tile.shfl(evicted_value, 0);
     }
+    if constexpr (!Hook::assigns_existing) { value = tile.shfl(value, 0); }
     return status;
   }
 
@@ -433,14 +507,7 @@ struct bucket_ops {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     pin_status st = pin_status::absent;
     with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t, int slot) {
-      score_type& s = b.scores[slot];
-      if (pins_of(detail::load_relaxed(s)) >= max_pins) {
-        st = pin_status::saturated;
-      } else {
-        // An atomic add: unlocked promotions (an atomic max) may hit the same word meanwhile.
-        detail::atomic_ref_t<score_type>(s).fetch_add(pin_one, cuda::std::memory_order_relaxed);
-        st = pin_status::done;
-      }
+      st = pin_locked_slot(b, slot) < 0 ? pin_status::saturated : pin_status::done;
       value = detail::load_relaxed(b.values[slot]);
     });
     value = tile.shfl(value, 0);
@@ -459,24 +526,73 @@ struct bucket_ops {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     pin_status st = pin_status::absent;
     with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
-      score_type& s = b.scores[slot];
-      if (pins_of(detail::load_relaxed(s)) == 0) {
-        st = pin_status::not_pinned;
-        return;
-      }
-      score_type const left =
-          detail::atomic_ref_t<score_type>(s).fetch_sub(pin_one, cuda::std::memory_order_relaxed) -
-          pin_one;
-      st = pin_status::done;
-      if (is_pinned_score(left)) { return; }
-      detail::promote_locked<Policy>(s, tick);
-      // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
-      if (v.tails != nullptr &&
-          detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask)) {
-        detail::count_tail_write(acc);
-      }
+      st = unpin_locked_slot(v, b, bi, slot, tick, acc) < 0 ? pin_status::not_pinned
+                                                            : pin_status::done;
     });
     return static_cast<pin_status>(tile.shfl(static_cast<int>(st), 0));
+  }
+
+  /**
+   * @brief Runs @p f(bucket, bucket index, slot) on lane 0 while holding the lock of the bucket
+   *        that holds @p key, if it is present (found without a lock, then checked again under
+   *        it). Only that bucket is locked, and nothing is waited for while it is held.
+   *
+   * For layers above the table (the page cache) that need a read-check-modify of one entry:
+   * @p f may change the slot's value and score with atomic stores (unlocked promotions may race
+   * on the score), and may remove the entry with erase_locked_slot().
+   * @return whether the key was found (on every lane)
+   */
+  template <class Tile, class F>
+  CCHT_HOST_DEVICE static bool update_locked(Tile const& tile, view_type const& v, key_type key,
+                                             F&& f, access_counts* acc = nullptr) noexcept {
+    int found = 0;
+    with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
+      found = 1;
+      f(b, bi, slot);
+    });
+    return tile.shfl(found, 0) != 0;
+  }
+
+  /// Removes the entry in @p slot of bucket @p b, whose lock the caller holds (update_locked).
+  CCHT_HOST_DEVICE static void erase_locked_slot(view_type const& v, bucket<BucketSize>& b,
+                                                 int slot) noexcept {
+    detail::store_relaxed(b.keys[slot], empty_key);
+    // Removing an entry only raises its bucket's oldest score: its tail word stays a bound.
+    if (v.live != nullptr) { detail::add_live(v.live, -1); }
+  }
+
+  /**
+   * @brief Releases one pin of the entry in @p slot (caller holds the bucket's lock), as unpin()
+   *        does. @return the pins left, or -1 when it held none (nothing changed)
+   */
+  CCHT_HOST_DEVICE static int unpin_locked_slot(view_type const& v, bucket<BucketSize>& b,
+                                                std::uint32_t bi, int slot, tick_type tick,
+                                                access_counts* acc = nullptr) noexcept {
+    score_type& s = b.scores[slot];
+    if (pins_of(detail::load_relaxed(s)) == 0) { return -1; }
+    score_type const left =
+        detail::atomic_ref_t<score_type>(s).fetch_sub(pin_one, cuda::std::memory_order_relaxed) -
+        pin_one;
+    if (is_pinned_score(left)) { return static_cast<int>(pins_of(left)); }
+    detail::promote_locked<Policy>(s, tick);
+    // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
+    if (v.tails != nullptr && detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask)) {
+      detail::count_tail_write(acc);
+    }
+    return 0;
+  }
+
+  /**
+   * @brief Adds one pin to the entry in @p slot (caller holds the bucket's lock), as pin() does.
+   * @return the pins held before, or -1 when it already holds max_pins (nothing changed)
+   */
+  CCHT_HOST_DEVICE static int pin_locked_slot(bucket<BucketSize>& b, int slot) noexcept {
+    score_type& s = b.scores[slot];
+    std::uint32_t const held = pins_of(detail::load_relaxed(s));
+    if (held >= max_pins) { return -1; }
+    // An atomic add: unlocked promotions (an atomic max) may hit the same word meanwhile.
+    detail::atomic_ref_t<score_type>(s).fetch_add(pin_one, cuda::std::memory_order_relaxed);
+    return static_cast<int>(held);
   }
 
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).

@@ -1,0 +1,184 @@
+// CPU backend of ccht::page_cache: the per-key page operations (cache/page_ref.hpp) with a
+// one-thread tile, over OpenMP threads. Each thread tallies its statistics and adds them once
+// per batch, so the hot path has no shared counter; evictions are appended with one atomic add
+// each (an eviction also costs a fill, which dwarfs it).
+#include <ccht/cache/detail/page_launcher.hpp>
+#include <ccht/detail/launcher.hpp>
+#include <ccht/core/policy.hpp>
+#include <ccht/detail/validate.hpp>
+
+#include <algorithm>
+#include <span>
+
+#if CCHT_WITH_OPENMP
+#include <omp.h>
+#endif
+
+namespace ccht::detail {
+namespace {
+
+/// Per-thread statistics of one batch.
+struct tally {
+  std::uint64_t c[sizeof(page_counters) / sizeof(std::uint64_t)] = {};
+  std::uint64_t errors = 0;
+  std::size_t first_error = ~std::size_t{0};  ///< (index << 8) | page_result
+  std::uint64_t done = 0;                     ///< erase: keys erased
+
+  void count(page_op op, page_op_result const& r, std::size_t i) {
+    auto& k = *reinterpret_cast<page_counters*>(c);
+    if (reports_status(op)) {
+      switch (r.status) {
+        case page_status::hit: ++k.hits; break;
+        case page_status::fill: ++k.fills; ++k.misses; break;
+        case page_status::miss: ++k.misses; break;
+        case page_status::pending: ++k.pending; break;
+        case page_status::no_space: ++k.no_space; break;
+        case page_status::rejected: break;
+      }
+      if (r.evicted) { ++k.evictions; }
+    } else if (r.result == page_result::ok) {
+      switch (op) {
+        case page_op::publish: ++k.publishes; break;
+        case page_op::abandon: ++k.abandons; break;
+        case page_op::erase: ++k.erases; ++done; break;
+        default: ++k.releases; break;
+      }
+    } else if (!(op == page_op::erase)) {  // erase refusals are answers, not errors
+      ++errors;
+      std::size_t const code = (i << 8) | static_cast<std::size_t>(r.result);
+      first_error = std::min(first_error, code);
+    }
+    k.pinned += static_cast<std::uint64_t>(static_cast<std::int64_t>(r.pinned_delta));
+    k.filling += static_cast<std::uint64_t>(static_cast<std::int64_t>(r.filling_delta));
+  }
+
+  void flush(page_counters* to, std::size_t* words) const {
+    auto* dst = reinterpret_cast<std::uint64_t*>(to);
+    for (std::size_t j = 0; j < std::size(c); ++j) {
+      if (c[j] != 0) { atomic_ref_t<std::uint64_t>(dst[j]).fetch_add(c[j], cuda::std::memory_order_relaxed); }
+    }
+    if (errors != 0) {
+      atomic_ref_t<std::size_t>(words[pw_errors]).fetch_add(errors, cuda::std::memory_order_relaxed);
+      atomic_ref_t<std::size_t> first(words[pw_first_error]);
+      std::size_t cur = first.load(cuda::std::memory_order_relaxed);
+      while (first_error < cur &&
+             !first.compare_exchange_weak(cur, first_error, cuda::std::memory_order_relaxed)) {}
+    }
+    if (done != 0) {
+      atomic_ref_t<std::size_t>(words[pw_prefix]).fetch_add(done, cuda::std::memory_order_relaxed);
+    }
+  }
+};
+
+template <class Policy>
+page_op_result run_one(page_ref<Policy> const& ref, page_batch const& b, std::size_t i,
+                       tick_type tick) {
+  scalar_tile const t{};
+  switch (b.op) {
+    case page_op::acquire: return ref.acquire(t, b.keys[i], tick);
+    case page_op::lookup: return ref.lookup(t, b.keys[i]);
+    case page_op::publish: return ref.publish(t, b.keys[i]);
+    case page_op::abandon: return ref.abandon(t, b.keys[i]);
+    case page_op::release_key: return ref.release(t, b.keys[i], tick);
+    case page_op::release_page: return ref.release_page(t, b.pages_in[i], tick);
+    case page_op::erase: return ref.erase(t, b.keys[i]);
+    case page_op::match_prefix: break;
+  }
+  return {};
+}
+
+template <class Policy>
+void write_outputs(page_batch const& b, std::size_t i, page_op_result const& r) {
+  if (reports_status(b.op)) {
+    if (b.pages_out != nullptr) { b.pages_out[i] = r.page; }
+    if (b.status_out != nullptr) { b.status_out[i] = r.status; }
+    if (r.evicted) {
+      std::size_t const at = atomic_ref_t<std::size_t>(b.words[pw_evicted])
+                                 .fetch_add(1, cuda::std::memory_order_relaxed);
+      b.evicted_keys[at] = r.evicted_key;
+      b.evicted_pages[at] = r.page;
+    }
+  } else if (b.result_out != nullptr) {
+    b.result_out[i] = r.result;
+  }
+}
+
+}  // namespace
+
+std::size_t* page_launcher<cpu_backend>::acquire_words(host_stream) {
+  // One live batch per thread: a page-cache call never starts another batch on its thread
+  // before it has released its words.
+  thread_local std::size_t words[pw_words];
+  std::fill(std::begin(words), std::end(words), 0);
+  words[pw_first_error] = ~std::size_t{0};
+  words[pw_reject] = no_reject;
+  return words;
+}
+
+void page_launcher<cpu_backend>::release_words(std::size_t* words, std::size_t* host,
+                                               host_stream) {
+  if (host != nullptr) { std::copy(words, words + pw_words, host); }
+}
+
+template <class Policy>
+void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Policy> const& index,
+                                     page_counters* counters, page_batch const& b, int threads,
+                                     host_stream) {
+  if (b.op != page_op::release_page) { check_keys_host({b.keys, b.n}, to_string(b.op)); }
+  tick_type const base = index.next_ticks(scalar_tile{}, b.n);
+
+  if (b.op == page_op::match_prefix) {  // in order, stopping at the first non-hit
+    tally t;
+    std::size_t run = 0;
+    for (; run < b.n; ++run) {
+      page_op_result const r = ref.lookup(scalar_tile{}, b.keys[run]);
+      t.count(page_op::lookup, r, run);
+      if (r.status != page_status::hit) { break; }
+      b.pages_out[run] = r.page;
+    }
+    b.words[pw_prefix] = run;
+    t.flush(counters, b.words);
+    return;
+  }
+
+  auto const n = static_cast<std::ptrdiff_t>(b.n);
+#if CCHT_WITH_OPENMP
+  int const nt = threads > 0 ? threads : omp_get_max_threads();
+  // Small batches (batch-1 latency) stay on the calling thread: a parallel region costs more.
+  if (nt > 1 && b.n >= 256) {
+#pragma omp parallel num_threads(nt)
+    {
+      tally t;
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t i = 0; i < n; ++i) {
+        auto const u = static_cast<std::size_t>(i);
+        page_op_result const r = run_one(ref, b, u, base + u);
+        write_outputs<Policy>(b, u, r);
+        t.count(b.op, r, u);
+      }
+      t.flush(counters, b.words);
+    }
+    return;
+  }
+#else
+  (void)threads;
+#endif
+  tally t;
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    auto const u = static_cast<std::size_t>(i);
+    page_op_result const r = run_one(ref, b, u, base + u);
+    write_outputs<Policy>(b, u, r);
+    t.count(b.op, r, u);
+  }
+  t.flush(counters, b.words);
+}
+
+#define CCHT_INSTANTIATE_PAGE_CPU(P)                                                              \
+  template void page_launcher<cpu_backend>::run<P>(page_ref<P> const&, table_ref<P> const&,       \
+                                                   page_counters*, page_batch const&, int,        \
+                                                   host_stream);
+CCHT_INSTANTIATE_PAGE_CPU(double_lru)
+CCHT_INSTANTIATE_PAGE_CPU(coarse_lru)
+#undef CCHT_INSTANTIATE_PAGE_CPU
+
+}  // namespace ccht::detail
