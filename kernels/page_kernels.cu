@@ -45,6 +45,10 @@ constexpr int tiles_per_block = block_threads / tile_size;
 /// Elements per tile: bounds the blocks, and so the per-block flushes, at n / 128.
 constexpr int items_per_tile = 8;
 constexpr int items_per_block = tiles_per_block * items_per_tile;
+/// Blocks per SM the op kernels are built for, which caps them at 64 registers. With that cap
+/// ptxas (nvcc 13.0, sm_90) allocates every op kernel without spills. Left alone, it also gave
+/// double LRU's acquire 64 registers but spilled 100 bytes, and abandon and release 8-12.
+constexpr int min_op_blocks = 4;
 /// Threads per block, and most blocks, of the validation kernel (grid-stride).
 constexpr int stream_block_threads = 256;
 constexpr unsigned max_stream_blocks = 2048;
@@ -205,7 +209,7 @@ __device__ __forceinline__ page_op_result run_one(page_ref<Policy> const& ref, T
  *        (k + 1) * items_per_block), its tiles take them in turn; lane 0 writes the outputs.
  */
 template <class Policy, page_op Op>
-__global__ void __launch_bounds__(block_threads)
+__global__ void __launch_bounds__(block_threads, min_op_blocks)
     page_op_kernel(page_ref<Policy> ref, page_counters* counters, page_batch b) {
   constexpr bool acquires = Op == page_op::acquire;
   __shared__ block_tally tally;
