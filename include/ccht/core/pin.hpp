@@ -19,7 +19,7 @@
  * global layer (core/global.hpp) ranks such a bucket as if it held no entry. When every entry
  * the global layer looks at is pinned, an insert at capacity takes its free slot anyway (the
  * overshoot of core/global.hpp); a layer that must not exceed its capacity (the page cache)
- * checks the live count itself. erase() removes an entry whatever its pins: the layer above
+ * refuses the slot through the insert hook of bucket_ops::insert_with. erase() removes an entry whatever its pins: the layer above
  * decides whether that is allowed.
  */
 #pragma once
