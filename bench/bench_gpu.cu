@@ -6,6 +6,8 @@
 //   find, half misses    every other key absent
 //   insert into full     fresh keys into a 100% full table: every insert evicts
 //   mixed 50/50          execute(): finds of resident keys interleaved with evicting inserts
+//   page cache           acquire + release and lookup + release of resident pages (--policy
+//                        page-cache, or all): see run_page_cache()
 // Each is timed with CUDA events (median of --reps runs after one warm-up) and checked (hit
 // counts, eviction counts); a failed check exits with 1. Without a GPU it prints a line and exits 0.
 //
@@ -386,9 +388,95 @@ void run(options const& o) {
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
+/// Counts page statuses (acquire / lookup outputs).
+__global__ void count_page_status(ccht::page_status const* status, std::size_t n,
+                                  unsigned long long* counts) {
+  unsigned long long c[6] = {0, 0, 0, 0, 0, 0};
+  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    auto const s = static_cast<unsigned>(status[i]);
+    if (s < 6) { ++c[s]; }
+  }
+  for (int s = 0; s < 6; ++s) {
+    if (c[s] != 0) { atomicAdd(&counts[s], c[s]); }
+  }
+}
+
+/**
+ * The page cache: acquire + release of resident pages (all hits), and lookup + release, at
+ * 2^20-key batches over 2^(log2_slots - 4) pages of 64 bytes. Bytes per acquire+release (model):
+ * two locked single-bucket operations, each a version read (32) + keys (128) + lock CAS and
+ * unlock (32) + score atomic (32) + value (32), plus 8 B key in twice, 4 B page + 1 B status out.
+ */
+void run_page_cache(options const& o) {
+  using cache_t = ccht::page_cache<ccht::cuda_backend, ccht::double_lru>;
+  std::size_t const pages = std::size_t{1} << (o.log2_slots - 4);
+  std::size_t const batch = std::min<std::size_t>(pages, std::size_t{1} << 20);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cache_t pc(pages * 64, 64);
+  dev<key_type> keys(pages), evk(pages);
+  dev<ccht::page_id> pid(pages), evp(pages);
+  dev<ccht::page_status> st(pages);
+  dev<std::size_t> count(1);
+  dev<unsigned long long> ctr(8);
+  // Fill every page: acquire (fills), publish, release.
+  gen_keys<<<grid, block, 0, stream>>>(keys.p, nullptr, pages, 77);
+  pc.acquire_async(keys.cspan(pages), pid.span(pages), st.span(pages), evk.span(pages),
+                   evp.span(pages), count.p, stream);
+  pc.publish_async(keys.cspan(pages), {}, stream);
+  pc.release_async(keys.cspan(pages), {}, stream);
+  check(cudaStreamSynchronize(stream), "sync");
+  std::vector<row> rows;
+  double const pair_bytes = 2 * (32 + 128 + 32 + 32 + 32) + 16 + 5;
+  for (bool use_lookup : {false, true}) {
+    double const ms = median_ms(
+        o.reps, stream, [&](int) {},
+        [&](int) {
+          if (use_lookup) {
+            pc.lookup_async(keys.cspan(batch), pid.span(batch), st.span(batch), stream);
+          } else {
+            pc.acquire_async(keys.cspan(batch), pid.span(batch), st.span(batch),
+                             evk.span(batch), evp.span(batch), count.p, stream);
+          }
+          pc.release_async(keys.cspan(batch), {}, stream);
+        });
+    check(cudaMemsetAsync(ctr.p, 0, 8 * sizeof(unsigned long long), stream), "memset");
+    count_page_status<<<grid, block, 0, stream>>>(st.p, batch, ctr.p);
+    check(cudaStreamSynchronize(stream), "sync");
+    std::size_t const hits = read_u64(ctr.p + static_cast<int>(ccht::page_status::hit));
+    expect(hits == batch, std::string(use_lookup ? "lookup" : "acquire") +
+                              ": every resident page hits (" + std::to_string(hits) + " of " +
+                              std::to_string(batch) + ")");
+    rows.push_back({use_lookup ? "page lookup + release (resident)" : "page acquire + release (resident)",
+                    batch, ms, pair_bytes, std::to_string(hits) + " hits"});
+  }
+  auto const s = pc.stats(stream);
+  expect(s.pages_pinned == 0, "no page left pinned");
+  expect(s.pages_resident == pages, "every page resident");
+  cudaDeviceProp prop{};
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  std::printf("\n### ccht_bench_gpu: %s, page cache (double LRU, ratio 0.9), %zu pages of 64 B, "
+              "batch %zu, %d reps (median)\n\n", prop.name, pages, batch, o.reps);
+  std::printf("| workload | pages | median ms | Mpages/s | B/page (model) | GB/s (model) | of %.1f TB/s | check |\n",
+              o.bandwidth_gbs / 1000);
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---|\n");
+  for (row const& r : rows) {
+    double const mops = r.n / r.ms / 1e3;
+    double const gbs = mops * r.bytes_per_op / 1e3;
+    std::printf("| %s | %zu | %.3f | %.0f | %.0f | %.0f | %.1f%% | %s |\n", r.name.c_str(), r.n,
+                r.ms, mops, r.bytes_per_op, gbs, 100 * gbs / o.bandwidth_gbs, r.note.c_str());
+  }
+  std::printf("\n");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
 void usage() {
   std::printf(
-      "usage: ccht_bench_gpu [--log2-slots N (26)] [--reps N (10)] [--policy lru|fifo|lfu|all]\n"
+      "usage: ccht_bench_gpu [--log2-slots N (26)] [--reps N (10)]\n"
+      "                      [--policy lru|fifo|lfu|page-cache|all]\n"
       "                      [--bandwidth-gbs X (4800, the H200 datasheet)]\n");
 }
 
@@ -430,6 +518,7 @@ int main(int argc, char** argv) {
     if (o.policy == "lru" || o.policy == "all") { run<ccht::lru>(o); }
     if (o.policy == "fifo" || o.policy == "all") { run<ccht::fifo>(o); }
     if (o.policy == "lfu" || o.policy == "all") { run<ccht::lfu>(o); }
+    if (o.policy == "page-cache" || o.policy == "all") { run_page_cache(o); }
   } catch (ccht::error const& e) {
     std::fprintf(stderr, "ccht_bench_gpu: %s\n", e.what());
     return 2;

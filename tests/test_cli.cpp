@@ -477,6 +477,251 @@ TEST(Cli, BenchPoliciesOnTheSameKeys) {
   EXPECT_LT(plain, dbl) << "the plain table first fills its free half";
 }
 
+TEST(Cli, BenchPageCache) {
+  // --mode page-cache: one row per batch (1, 64, 4096), the page cache beside the plain table.
+  temp_dir dir;
+  auto const r = run_cli(dir, {"bench", "--mode", "page-cache", "--pages", "4096", "--repeat",
+                               "1", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 3u) << describe(r);
+  std::vector<std::size_t> const batches{1, 64, 4096};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto const& j = rows[i];
+    for (char const* k : {"batch", "pages", "page_bytes", "threads", "acquire_release_pages_per_s",
+                          "table_find_ops_per_s", "ratio", "lookup_p50_us", "lookup_p99_us"}) {
+      ASSERT_TRUE(j.contains(k)) << "missing '" << k << "' in " << j.dump();
+    }
+    EXPECT_EQ(j["mode"], "page-cache");
+    EXPECT_EQ(j["batch"].get<std::size_t>(), batches[i]) << j.dump();
+    EXPECT_EQ(j["pages"], 4096) << j.dump();
+    EXPECT_EQ(j["page_bytes"], 64) << j.dump();  // the default
+    double const acq = j["acquire_release_pages_per_s"], find = j["table_find_ops_per_s"];
+    EXPECT_GT(acq, 0.0) << j.dump();
+    EXPECT_GT(find, 0.0) << j.dump();
+    EXPECT_NEAR(j["ratio"].get<double>(), acq / find, 1e-9 * (acq / find)) << j.dump();
+    double const p50 = j["lookup_p50_us"], p99 = j["lookup_p99_us"];
+    EXPECT_GT(p50, 0.0) << j.dump();
+    EXPECT_GE(p99, p50) << j.dump();
+  }
+  expect_no_json_on_stderr(r);
+
+  // Markdown: a header, a separator and the three batches.
+  auto const md = run_cli(dir, {"bench", "--mode", "page-cache", "--pages", "4096", "--repeat",
+                                "1", "--threads", "1"});
+  ASSERT_EQ(md.rc, 0) << describe(md);
+  EXPECT_EQ(md.out.rfind("| batch", 0), 0u) << md.out;
+  EXPECT_NE(md.out.find("acquire+release Mpages/s"), std::string::npos) << md.out;
+  std::istringstream in(md.out);
+  std::string line;
+  std::vector<std::string> first_cells;
+  while (std::getline(in, line)) {
+    std::size_t const b = line.find_first_not_of("| ");
+    first_cells.push_back(line.substr(b, line.find(' ', b) - b));
+  }
+  ASSERT_EQ(first_cells.size(), 5u) << md.out;
+  EXPECT_EQ(first_cells[2], "1");
+  EXPECT_EQ(first_cells[3], "64");
+  EXPECT_EQ(first_cells[4], "4096");
+
+  auto const bad = run_cli(dir, {"bench", "--mode", "pages"});
+  EXPECT_EQ(bad.rc, 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--mode"), std::string::npos) << describe(bad);
+}
+
+// ---- kv-replay -----------------------------------------------------------------------------------
+
+/// Four requests over 3 pages. By hand, exact LRU with the request's keys pinned:
+///   [1 2 3]    3 fills                                   hits 0, prefix 0
+///   [1 2 4]    1, 2 hit; 4 evicts 3                      hits 2, prefix 2, 1 eviction
+///   [1 5 1 2]  de-duplicated to [1 5 2] (1 repeat); 1 hit; 5 evicts 2 (4 is newer); 2 evicts 4
+///                                                        hits 1, prefix 1, 2 evictions
+///   [6 7 8 9]  6, 7, 8 evict 1, 5, 2; 9: all 3 pinned    no_space 1, 3 evictions
+std::string const small_kv_trace =
+    R"({"timestamp": 0, "input_length": 1536, "output_length": 8, "hash_ids": [1, 2, 3]})" "\n"
+    R"({"timestamp": 1, "input_length": 1536, "output_length": 8, "hash_ids": [1, 2, 4]})" "\n"
+    R"({"timestamp": 2, "input_length": 2048, "output_length": 8, "hash_ids": [1, 5, 1, 2]})" "\n"
+    R"({"timestamp": 3, "input_length": 2048, "output_length": 8, "hash_ids": [6, 7, 8, 9]})" "\n";
+
+/// Checks the fields every kv-replay row has, and their arithmetic.
+void check_kv_row(json const& j) {
+  for (char const* k : {"policy", "pages", "page_bytes", "requests", "page_refs", "page_hits",
+                        "page_misses", "hit_ratio", "prefix_hit_pages", "prefill_tokens_saved",
+                        "no_space", "evictions", "check_failures", "pending", "duplicate_refs"}) {
+    ASSERT_TRUE(j.contains(k)) << "missing '" << k << "' in " << j.dump();
+  }
+  std::uint64_t const refs = j["page_refs"], hits = j["page_hits"], misses = j["page_misses"],
+                      no_space = j["no_space"], pending = j["pending"];
+  EXPECT_EQ(hits + misses + no_space + pending, refs) << j.dump();
+  EXPECT_NEAR(j["hit_ratio"].get<double>(), refs ? double(hits) / double(refs) : 0.0, 1e-12);
+  EXPECT_EQ(j["prefill_tokens_saved"].get<std::uint64_t>(),
+            j["prefix_hit_pages"].get<std::uint64_t>() * 512) << j.dump();
+  EXPECT_LE(j["prefix_hit_pages"].get<std::uint64_t>(), hits) << j.dump();
+  EXPECT_EQ(j["check_failures"], 0) << j.dump();
+  EXPECT_EQ(j["pending"], 0) << "a serial replay never finds a page being filled: " << j.dump();
+  EXPECT_EQ(j["invariant_failures"], 0) << j.dump();
+}
+
+TEST(Cli, KvReplaySmallTraceExactCounts) {
+  temp_dir dir;
+  std::string const trace = dir.write("small.jsonl", small_kv_trace);
+  auto const r = run_cli(dir, {"kv-replay", "--trace", trace, "--pages", "3", "--page-bytes",
+                               "40", "--policy", "page-cache,lru,page-cache-coarse", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 3u) << describe(r);
+  std::vector<std::string> const names{"page-cache", "lru", "page-cache-coarse"};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto const& j = rows[i];
+    check_kv_row(j);
+    EXPECT_EQ(j["policy"], names[i]);
+    EXPECT_EQ(j["trace"], "small.jsonl");
+    EXPECT_EQ(j["pages"], 3);
+    EXPECT_EQ(j["page_bytes"], 40);
+    EXPECT_EQ(j["requests"], 4);
+    EXPECT_EQ(j["page_refs"], 13) << "14 ids, one repeated within its request";
+    EXPECT_EQ(j["duplicate_refs"], 1);
+    EXPECT_EQ(j["page_hits"], 3) << j.dump();
+    EXPECT_EQ(j["page_misses"], 9) << j.dump();
+    EXPECT_EQ(j["prefix_hit_pages"], 3) << j.dump();
+    EXPECT_EQ(j["prefill_tokens_saved"], 3 * 512) << j.dump();
+    EXPECT_EQ(j["no_space"], 1) << j.dump();
+    EXPECT_EQ(j["evictions"], 6) << j.dump();
+    EXPECT_EQ(j["pages_resident"], 3) << j.dump();
+    EXPECT_FALSE(j.contains("host_pages")) << j.dump();
+  }
+  EXPECT_NE(r.err.find("4 requests"), std::string::npos) << describe(r);
+  expect_no_json_on_stderr(r);
+
+  // Without --json: a Markdown table, one row per policy (the default policies page-cache, lru).
+  auto const md = run_cli(dir, {"kv-replay", "--trace", trace, "--pages", "3"});
+  ASSERT_EQ(md.rc, 0) << describe(md);
+  EXPECT_EQ(md.out.rfind("| policy", 0), 0u) << md.out;
+  EXPECT_NE(md.out.find("| page-cache "), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| lru "), std::string::npos) << md.out;
+  std::size_t lines = 0;
+  for (char c : md.out) { lines += c == '\n'; }
+  EXPECT_EQ(lines, 4u) << md.out;
+
+  // Several page counts in one run: one row per (pages, policy).
+  auto const multi = run_cli(dir, {"kv-replay", "--trace", trace, "--pages", "3,100",
+                                   "--policy", "lru", "--json"});
+  ASSERT_EQ(multi.rc, 0) << describe(multi);
+  auto const mrows = json_lines(multi.out);
+  ASSERT_EQ(mrows.size(), 2u);
+  EXPECT_EQ(mrows[1]["pages"], 100);
+  EXPECT_EQ(mrows[1]["page_hits"], 4) << "room for all: 1, 2 (twice) and 1 again hit";
+  EXPECT_EQ(mrows[1]["evictions"], 0);
+}
+
+TEST(Cli, KvReplayHostTierExactCounts) {
+  // The same trace over a host tier of 2 pages. By hand (exact LRU tiers; the page cache agrees):
+  //   request 2: 3 is spilled down;  request 3: 2 and 4 are spilled (4 evicts 3 down there), then
+  //   2's upper fill is found in the host tier (a lower hit);  request 4: 1, 5, 2 are spilled:
+  //   1 evicts 4, 5 evicts 2, 2 finds both host pages pinned by the spill (a spill failure).
+  temp_dir dir;
+  std::string const trace = dir.write("small.jsonl", small_kv_trace);
+  auto const r = run_cli(dir, {"kv-replay", "--trace", trace, "--pages", "3", "--tiers",
+                               "host=2", "--policy", "page-cache,lru", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 2u) << describe(r);
+  for (auto const& j : rows) {
+    check_kv_row(j);
+    for (char const* k : {"host_pages", "lower_hits", "spills"}) {
+      ASSERT_TRUE(j.contains(k)) << "missing '" << k << "' in " << j.dump();
+    }
+    EXPECT_EQ(j["host_pages"], 2);
+    EXPECT_EQ(j["page_refs"], 13);
+    EXPECT_EQ(j["page_hits"], 4) << j.dump();
+    EXPECT_EQ(j["lower_hits"], 1) << j.dump();
+    EXPECT_EQ(j["page_misses"], 8) << j.dump();
+    EXPECT_EQ(j["prefix_hit_pages"], 3) << j.dump();
+    EXPECT_EQ(j["no_space"], 1) << j.dump();
+    EXPECT_EQ(j["evictions"], 6) << j.dump();
+    EXPECT_EQ(j["spills"], 5) << j.dump();
+    EXPECT_EQ(j["spill_failures"], 1) << j.dump();
+    EXPECT_EQ(j["host_evictions"], 3) << j.dump();
+  }
+}
+
+TEST(Cli, KvReplayMalformedTraceNamesTheLine) {
+  temp_dir dir;
+  std::string const bad = dir.write(
+      "bad.jsonl", small_kv_trace.substr(0, small_kv_trace.find('\n') + 1) +
+                       R"({"timestamp": 1, "hash_ids": [1, 2]})" "\n"
+                       R"({"timestamp": 2, "hash_ids": [1, "two"]})" "\n" +
+                       small_kv_trace);
+  auto const r = run_cli(dir, {"kv-replay", "--trace", bad, "--pages", "8", "--json"});
+  EXPECT_EQ(r.rc, 1) << describe(r);
+  EXPECT_TRUE(r.out.empty()) << describe(r);  // nothing replayed from a partial trace
+  EXPECT_NE(r.err.find(bad + ": line 3"), std::string::npos) << describe(r);
+
+  std::string const cut = dir.write("cut.jsonl", small_kv_trace + R"({"hash_ids": [3)");
+  auto const c = run_cli(dir, {"kv-replay", "--trace", cut, "--pages", "8"});
+  EXPECT_EQ(c.rc, 1) << describe(c);
+  EXPECT_NE(c.err.find(cut + ": line 5"), std::string::npos) << describe(c);
+}
+
+TEST(Cli, KvReplayBadArgumentsExitWithTwo) {
+  temp_dir dir;
+  std::string const trace = dir.write("ok.jsonl", small_kv_trace);
+  struct bad_case {
+    std::vector<std::string> args;
+    char const* says;
+  };
+  std::vector<bad_case> const cases{
+      {{"kv-replay", "--trace", trace, "--pages", "0"}, "--pages must be at least 1"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--page-bytes", "0"},
+       "--page-bytes must be at least 1"},
+      {{"kv-replay", "--trace", trace}, "--pages"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--policy", "page-cache,arc"}, "arc"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--tiers", "disk=5"}, "--tiers"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--tiers", "host=0"}, "--tiers"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--ratio", "1.5"}, "--ratio"},
+      {{"kv-replay", "--trace", (dir.path() / "missing.jsonl").string(), "--pages", "8"},
+       "missing.jsonl"},
+  };
+  for (auto const& c : cases) {
+    auto const r = run_cli(dir, c.args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
+                                                     << "'\n" << describe(r);
+  }
+  auto const h = run_cli(dir, {"kv-replay", "--help"});
+  EXPECT_EQ(h.rc, 0) << describe(h);
+  EXPECT_NE(h.out.find("mooncake_synthetic.jsonl"), std::string::npos)
+      << "--help names the default trace\n" << describe(h);
+}
+
+TEST(Cli, KvReplayMooncakeTrace) {
+  CCHT_SKIP_WITHOUT_TRACES();
+  temp_dir dir;
+  std::string const mc = trace_path("mooncake_synthetic.jsonl");
+  if (HasFailure()) { return; }
+  auto const r = run_cli(dir, {"kv-replay", "--trace", mc, "--pages", "4000", "--policy",
+                               "page-cache,lru", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 2u) << describe(r);
+  for (auto const& j : rows) {
+    check_kv_row(j);
+    EXPECT_EQ(j["requests"], 3993);
+    EXPECT_EQ(j["page_refs"], 121877);  // no request repeats a block
+    EXPECT_EQ(j["no_space"], 0);
+  }
+  auto const& pc = rows[0];
+  auto const& lru = rows[1];
+  ASSERT_EQ(pc["policy"], "page-cache");
+  ASSERT_EQ(lru["policy"], "lru");
+  // With no repeats and no request over 4000 pages, pins never change the exact LRU: it is the
+  // plain LRU of shared/traces/README.md (93823 misses at 4000).
+  EXPECT_EQ(lru["page_misses"], 93823) << lru.dump();
+  EXPECT_NEAR(pc["hit_ratio"].get<double>(), lru["hit_ratio"].get<double>(), 0.005)
+      << pc.dump() << "\n" << lru.dump();
+}
+
 // ---- compare -------------------------------------------------------------------------------------
 
 TEST(Cli, CompareWritesCsvAndJsonl) {

@@ -383,6 +383,47 @@ TEST_F(PageCache, EvictionsHandTheVictimsPageWithItsBytes) {
   EXPECT_EQ(pc.stats().evictions, 600u - pages);
 }
 
+TEST_F(PageCache, AsyncVariantsReportThroughBackendWords) {
+  cache pc(4 * 64, 64);
+  auto d = drive(pc);
+  std::vector<key_type> const keys{1, 2, 3, 4, 5, 6};
+  auto k = buffer<Backend, key_type>::from_host(keys);
+  buffer<Backend, page_id> p(6), ep(6);
+  buffer<Backend, page_status> s(6);
+  buffer<Backend, key_type> ek(6);
+  buffer<Backend, std::size_t> word(1);
+  // Four fills, published and released; then two more keys evict two of them.
+  pc.acquire_async(k.cspan(4), p.span(4), s.span(4), ek.span(4), ep.span(4), word.data());
+  pc.publish_async(k.cspan(4), {});
+  pc.release_async(k.cspan(4), {});
+  Backend::synchronize();
+  EXPECT_EQ(word.to_host()[0], 0u);
+  pc.acquire_async(k.cspan().subspan(4), p.span(2), s.span(2), ek.span(2), ep.span(2),
+                   word.data());
+  Backend::synchronize();
+  EXPECT_EQ(word.to_host()[0], 2u);
+  d.publish({5, 6});
+  d.release({5, 6});
+  // The prefix run of the chain 5, 6, (evicted) ...
+  std::vector<key_type> chain{5, 6, 1, 2, 3, 4};
+  auto c = buffer<Backend, key_type>::from_host(chain);
+  buffer<Backend, page_id> cp(6);
+  pc.match_prefix_async(c.cspan(), cp.span(), word.data());
+  Backend::synchronize();
+  std::size_t const run = word.to_host()[0];
+  EXPECT_GE(run, 2u);
+  EXPECT_LE(run, 4u);
+  d.release(std::vector<key_type>(chain.begin(), chain.begin() + static_cast<std::ptrdiff_t>(run)));
+  buffer<Backend, page_result> r(6);
+  pc.erase_async(c.cspan(), r.span(), word.data());
+  Backend::synchronize();
+  EXPECT_EQ(word.to_host()[0], 4u);  // the four resident keys
+  EXPECT_EQ(pc.stats().pages_free, 4u);
+  EXPECT_CCHT_ERROR(pc.acquire_async(k.cspan(), p.span(), s.span(), ek.span(), ep.span(), nullptr),
+                    ccht::error_code::null_pointer);
+  EXPECT_CCHT_ERROR(pc.lookup(k.cspan(), p.span(3), s.span()), ccht::error_code::invalid_size);
+}
+
 /// Exact LRU over unpinned pages: the reference for the page cache's hit ratio.
 class exact_lru_pages {
  public:

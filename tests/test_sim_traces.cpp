@@ -173,6 +173,28 @@ TEST(TraceMooncake, MalformedInputsNameTheLine) {
   expect_error("12\n", f, "line 1");
 }
 
+TEST(TraceMooncake, RequestsKeepTheirBoundaries) {
+  // parse_mooncake_requests (the KV replay's reader): one vector per line, repeats and empty
+  // requests kept; its concatenation is the flat key stream; errors name the line the same way.
+  std::string const text = R"({"hash_ids": [0, 1, 2]})" "\n" R"({"hash_ids": []})" "\r\n"
+                           R"({"timestamp": 5, "hash_ids": [2, 3, 2]})" "\n\n";
+  auto const reqs = sim::parse_mooncake_requests(text, "mem");
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(reqs[0], (keys_t{0, 1, 2}));
+  EXPECT_TRUE(reqs[1].empty());
+  EXPECT_EQ(reqs[2], (keys_t{2, 3, 2}));
+  keys_t flat;
+  for (auto const& r : reqs) { flat.insert(flat.end(), r.begin(), r.end()); }
+  EXPECT_EQ(flat, parse(text, trace_format::mooncake));
+  try {
+    sim::parse_mooncake_requests(text.substr(0, text.size() - 1) + "{\"hash_ids\": [1, x]}\n",
+                                 "input.jsonl");
+    ADD_FAILURE() << "no trace_error for a bad line 4";
+  } catch (sim::trace_error const& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("input.jsonl: line 4: ", 0), 0u) << e.what();
+  }
+}
+
 // ---- csv -----------------------------------------------------------------------------------------
 
 sim::csv_options csv(int column, char delim = ',', bool header = false, bool hash = false) {

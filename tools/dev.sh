@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for newcomers and CI.
-#   tools/dev.sh run          install what is missing, build (CPU preset), run the quickstart and
+#   tools/dev.sh run          install what is missing, build (CPU preset), run the quickstart, the
+#                             prefix KV cache example (examples/kv_prefix_cache, small size) and
 #                             `ccht compare` (miss ratios and throughput of every policy, with plots)
 #   tools/dev.sh quickstart   the same build, then only the quickstart
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
@@ -78,8 +79,14 @@ quickstart() {
   ./build/cpu/tools/ccht_quickstart
 }
 
+kv_example() {
+  say "prefix KV cache example: the Mooncake trace (or a synthetic one) through ccht::page_cache"
+  ./build/cpu/tools/ccht_kv_prefix_cache --pages 1000 --requests 500
+}
+
 main_job() {
   quickstart
+  kv_example
   say "ccht compare: every policy on the default synthetic workloads"
   ./build/cpu/tools/ccht compare
 }

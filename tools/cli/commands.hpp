@@ -2,6 +2,7 @@
 // bad arguments throw std::invalid_argument, which main() turns into exit code 2.
 #pragma once
 
+#include "../sim/kv_replay.hpp"
 #include "../sim/replay.hpp"
 #include "../sim/traces.hpp"
 #include "../sim/workloads.hpp"
@@ -38,8 +39,39 @@ int cmd_replay(std::string const& trace_path, sim::trace_format format,
 /// `ccht workload`.
 int cmd_workload(sim::workload_options const& w, run_options opt);
 
+/// Options of `ccht kv-replay`.
+struct kv_replay_options {
+  std::string trace;                 ///< Mooncake JSONL trace (empty: default_kv_trace())
+  std::vector<std::size_t> pages;    ///< page counts of the (upper) cache, one run each
+  std::size_t page_bytes = 256;      ///< bytes per page
+  std::string tiers;                 ///< "host=M": a host tier of M pages (empty: none)
+  std::vector<std::string> policies{"page-cache", "lru"};  ///< page-cache, page-cache-coarse, lru
+  double ratio = 0.9;                ///< page-cache: pages over index slots
+  std::size_t requests = 0;          ///< replay the first N requests only (0: all)
+  bool json = false;                 ///< JSON Lines on stdout instead of Markdown
+};
+
+/// The trace `ccht kv-replay` reads without --trace: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl
+/// when that variable is set, else ../shared/traces/mooncake_synthetic.jsonl beside the source
+/// checkout (fixed at build time).
+std::string default_kv_trace();
+
+/// Host-tier pages of a --tiers value ("host=M"); 0 for an empty value. Throws
+/// std::invalid_argument for anything else.
+std::size_t parse_host_tier(std::string const& tiers);
+
+/// A kv-replay result row as a JSON object (the fields of `ccht kv-replay --json`).
+nlohmann::json to_json(sim::kv_replay_result const& r, std::string const& trace, double ratio);
+
+/// `ccht kv-replay`: a Mooncake trace as a prefix KV cache through ccht::page_cache and an exact
+/// LRU. Returns 1 when a page check or an invariant failed.
+int cmd_kv_replay(kv_replay_options opt);
+
 /// Options of `ccht bench`.
 struct bench_options {
+  std::string mode = "table";     ///< table (the default) or page-cache
+  std::size_t pages = std::size_t{1} << 20;  ///< page-cache mode: pages of the cache
+  std::size_t page_bytes = 64;    ///< page-cache mode: bytes per page
   std::string op = "find";        ///< find, insert or mixed
   std::string dist = "uniform";   ///< uniform or zipfian (of the looked-up keys)
   double zipf_theta = 0.99;       ///< zipfian skew
@@ -63,6 +95,9 @@ struct bench_options {
 
 /// `ccht bench`.
 int cmd_bench(bench_options const& opt);
+/// `ccht bench --mode page-cache`: acquire+release throughput, lookup latency and the plain
+/// table's find throughput at batches 1, 64 and 4096.
+int cmd_bench_page_cache(bench_options const& opt);
 /// `ccht bench --policy ...`: several table policies as caches on the same key streams.
 int cmd_bench_policies(bench_options const& opt);
 /// Throws std::invalid_argument for options either bench path rejects.

@@ -104,6 +104,13 @@ int main(int argc, char** argv) {
   // bench
   auto* bench = app.add_subcommand("bench", "Throughput microbenchmark of the table");
   cli::bench_options b;
+  bench->add_option("--mode", b.mode,
+                    "table (the table's throughput, the default) or page-cache (ccht::page_cache: "
+                    "acquire+release and lookup latency against table find, batches 1, 64, 4096)")
+      ->capture_default_str();
+  bench->add_option("--pages", b.pages, "page-cache mode: pages of the cache")->capture_default_str();
+  bench->add_option("--page-bytes", b.page_bytes, "page-cache mode: bytes per page")
+      ->capture_default_str();
   bench->add_option("--op", b.op, "find, insert or mixed")->capture_default_str();
   bench->add_option("--dist", b.dist, "Key distribution: uniform or zipfian")->capture_default_str();
   bench->add_option("--zipf", b.zipf_theta, "Zipfian theta")->capture_default_str();
@@ -124,7 +131,8 @@ int main(int argc, char** argv) {
                     "ccht-double-lru, cht-lru, ...); the first is the reference")
       ->delimiter(',');
   bench->add_option("--ratio", b.ratio,
-                    "With --policy: cache/table ratio; each table is filled to ratio x slots")
+                    "With --policy: cache/table ratio; each table is filled to ratio x slots. With "
+                    "--mode page-cache: pages over index slots")
       ->capture_default_str();
   bench->add_option("--global-samples", b.global_samples,
                     "With --policy: buckets ranked per global eviction (0: the search's default)")
@@ -133,6 +141,37 @@ int main(int argc, char** argv) {
                     "With --policy: victim search of ccht-double-lru and cht-lru")
       ->capture_default_str()
       ->check(CLI::IsMember({"tail-index", "sampled"}));
+
+  // kv-replay
+  auto* kv = app.add_subcommand(
+      "kv-replay", "Replay a Mooncake JSONL trace as a prefix KV cache: each request's hash_ids "
+                   "(512-token pages) acquired as one batch on ccht::page_cache, beside an exact "
+                   "LRU with per-request pins");
+  cli::kv_replay_options kvo;
+  std::string kv_policies = "page-cache,lru";
+  kv->add_option("--trace", kvo.trace,
+                 "Mooncake JSONL trace (default: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl if set, "
+                 "else " + cli::default_kv_trace() + "; an error if that file is missing)")
+      ->check(CLI::ExistingFile);
+  kv->add_option("--pages", kvo.pages,
+                 "Pages of the (upper) cache, comma-separated for several runs (required)")
+      ->required()
+      ->delimiter(',');
+  kv->add_option("--page-bytes", kvo.page_bytes,
+                 "Bytes per page (each page is written and every hit checked byte for byte)")
+      ->capture_default_str();
+  kv->add_option("--tiers", kvo.tiers,
+                 "host=M: a host-memory tier of M pages under the cache (ccht::tiered_page_cache; "
+                 "an exact two-tier LRU for lru)");
+  kv->add_option("--policy", kv_policies,
+                 "Policies, comma-separated: page-cache (ccht::page_cache, double LRU), "
+                 "page-cache-coarse (coarse LRU), lru (exact LRU with pins)")
+      ->capture_default_str();
+  kv->add_option("--ratio", kvo.ratio, "page-cache: pages over index slots, in (0, 1]")
+      ->capture_default_str();
+  kv->add_option("--requests", kvo.requests, "Replay only the first N requests (0: all)")
+      ->capture_default_str();
+  kv->add_flag("--json", kvo.json, "One JSON line per (pages, policy) on stdout instead of Markdown");
 
   // compare
   auto* compare = app.add_subcommand("compare", "Miss ratios and throughput of every policy on the "
@@ -189,7 +228,8 @@ int main(int argc, char** argv) {
         known = known || sub->get_name() == word;
       }
       if (!known) {
-        msg = "unknown subcommand '" + word + "' (expected replay, workload, bench, compare or paper)";
+        msg = "unknown subcommand '" + word +
+              "' (expected replay, workload, bench, kv-replay, compare or paper)";
       }
     }
     std::fprintf(stderr, "ccht: error: %s (see --help)\n", msg.c_str());
@@ -207,7 +247,22 @@ int main(int argc, char** argv) {
       work_opt.policies = split(work_policies);
       return cli::cmd_workload(w, work_opt);
     }
-    if (*bench) { return b.policies.empty() ? cli::cmd_bench(b) : cli::cmd_bench_policies(b); }
+    if (*bench) {
+      if (b.mode == "page-cache") {
+        if (!b.policies.empty()) {
+          throw std::invalid_argument("--mode page-cache takes no --policy");
+        }
+        return cli::cmd_bench_page_cache(b);
+      }
+      if (b.mode != "table") {
+        throw std::invalid_argument("--mode must be table or page-cache, got '" + b.mode + "'");
+      }
+      return b.policies.empty() ? cli::cmd_bench(b) : cli::cmd_bench_policies(b);
+    }
+    if (*kv) {
+      kvo.policies = split(kv_policies);
+      return cli::cmd_kv_replay(kvo);
+    }
     if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {
       c.format = sim::parse_trace_format(compare_format);

@@ -97,8 +97,11 @@ std::vector<std::uint64_t> parse_lines_of_keys(std::string_view data, std::strin
   return keys;
 }
 
-std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string const& name) {
-  std::vector<std::uint64_t> keys;
+/// Calls f(line_number, hash_ids) for each request of a Mooncake JSONL trace.
+template <class F>
+void for_each_mooncake_request(std::string_view data, std::string const& name, F&& f) {
+  std::size_t total = 0;
+  std::vector<std::uint64_t> ids;
   for_each_line(data, name, [&](std::size_t n, std::string_view line) {
     nlohmann::json j;
     try {
@@ -109,6 +112,7 @@ std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string con
     if (!j.is_object() || !j.contains("hash_ids") || !j["hash_ids"].is_array()) {
       throw trace_error(name, line_at(n), "expected a JSON object with a \"hash_ids\" array");
     }
+    ids.clear();
     for (auto const& id : j["hash_ids"]) {
       if (!id.is_number_unsigned()) {
         throw trace_error(name, line_at(n),
@@ -118,11 +122,29 @@ std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string con
       if (is_reserved_key(k)) {
         throw trace_error(name, line_at(n), "key " + std::to_string(k) + " is reserved by ccht");
       }
-      keys.push_back(k);
+      ids.push_back(k);
     }
-    check_total(keys.size(), name, line_at(n));
+    total += ids.size();
+    check_total(total, name, line_at(n));
+    f(n, ids);
+  });
+}
+
+std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string const& name) {
+  std::vector<std::uint64_t> keys;
+  for_each_mooncake_request(data, name, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
+    keys.insert(keys.end(), ids.begin(), ids.end());
   });
   return keys;
+}
+
+std::string read_file(std::string const& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) { throw std::runtime_error(path + ": cannot open: " + std::strerror(errno)); }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) { throw std::runtime_error(path + ": read error"); }
+  return std::move(buf).str();
 }
 
 std::vector<std::uint64_t> parse_csv(std::string_view data, std::string const& name,
@@ -322,14 +344,22 @@ trace read_trace(std::string const& path, trace_format format, csv_options const
   t.path = path;
   if (format == trace_format::auto_detect) { format = detect_trace_format(path, t.format_reason); }
   t.format = format;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) { throw std::runtime_error(path + ": cannot open: " + std::strerror(errno)); }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) { throw std::runtime_error(path + ": read error"); }
-  std::string const data = std::move(buf).str();
+  std::string const data = read_file(path);
   t.keys = parse_trace(data, format, path, csv);
   return t;
+}
+
+std::vector<std::vector<std::uint64_t>> parse_mooncake_requests(std::string_view data,
+                                                                std::string const& name) {
+  std::vector<std::vector<std::uint64_t>> reqs;
+  for_each_mooncake_request(data, name, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
+    reqs.push_back(ids);
+  });
+  return reqs;
+}
+
+std::vector<std::vector<std::uint64_t>> read_mooncake_requests(std::string const& path) {
+  return parse_mooncake_requests(read_file(path), path);
 }
 
 }  // namespace ccht::sim

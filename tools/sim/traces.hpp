@@ -72,6 +72,16 @@ std::vector<std::uint64_t> parse_trace(std::string_view data, trace_format forma
 trace read_trace(std::string const& path, trace_format format = trace_format::auto_detect,
                  csv_options const& csv = {});
 
+/// Parses a Mooncake JSONL trace keeping request boundaries: one vector of `hash_ids` per line
+/// (in file order, duplicates kept). Throws trace_error naming @p name and the line, like
+/// parse_trace(data, trace_format::mooncake, name).
+std::vector<std::vector<std::uint64_t>> parse_mooncake_requests(std::string_view data,
+                                                                std::string const& name);
+
+/// Reads a whole Mooncake JSONL file as requests (see parse_mooncake_requests). Throws
+/// trace_error (malformed) or std::runtime_error (I/O).
+std::vector<std::vector<std::uint64_t>> read_mooncake_requests(std::string const& path);
+
 /// Upper bound on requests one trace may expand to (2^28 keys = 2 GiB): an ARC line's count could
 /// otherwise ask for any amount of memory before anything fails.
 inline constexpr std::size_t max_trace_requests = std::size_t{1} << 28;

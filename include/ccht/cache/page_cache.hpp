@@ -163,6 +163,9 @@ class page_cache {
    */
   std::size_t match_prefix(std::span<key_type const> keys, std::span<page_id> pages_out,
                            stream_type stream = {});
+  /// Stream-ordered match_prefix(); the run's length goes to @p length (backend memory).
+  void match_prefix_async(std::span<key_type const> keys, std::span<page_id> pages_out,
+                          std::size_t* length, stream_type stream = {});
 
   /// Marks filled pages ready. @throws ccht::error invalid_argument if an element is not a fill
   void publish(std::span<key_type const> keys, stream_type stream = {});
@@ -200,6 +203,9 @@ class page_cache {
    */
   std::size_t erase(std::span<key_type const> keys, std::span<page_result> results_out = {},
                     stream_type stream = {});
+  /// Stream-ordered erase(); the count goes to @p num_erased (backend memory, may be null).
+  void erase_async(std::span<key_type const> keys, std::span<page_result> results_out,
+                   std::size_t* num_erased, stream_type stream = {});
 
   /// Counters and gauges; waits for the stream on CUDA (a snapshot under concurrency).
   page_cache_stats stats(stream_type stream = {}) const;
@@ -211,6 +217,8 @@ class page_cache {
   using launcher = detail::page_launcher<Backend>;
   /// Runs one batch on the stream given; returns the host copy of its words when @p sync.
   void run(detail::page_batch b, stream_type stream, bool sync, std::size_t host_words[]);
+  /// Runs one batch on @p stream and copies word @p word to @p dst (backend memory) after it.
+  void run_async_word(detail::page_batch b, std::size_t* dst, int word, stream_type stream);
   /// Throws the per-element error summary of a finished synchronous batch.
   void throw_if_failed(detail::page_op op, std::span<key_type const> keys,
                        std::span<page_id const> pages, std::size_t const words[],

@@ -125,6 +125,24 @@ void page_cache<Backend, Policy>::run(detail::page_batch b, stream_type stream, 
 }
 
 template <class Backend, class Policy>
+void page_cache<Backend, Policy>::run_async_word(detail::page_batch b, std::size_t* dst, int word,
+                                                 stream_type stream) {
+  std::size_t* words = launcher::acquire_words(stream);
+  b.words = words;
+  try {
+    if (b.n != 0) {
+      launcher::template run<Policy>(ref_, index_.ref(), counters_, b, options_.cpu_threads,
+                                     stream);
+    }
+    if (dst != nullptr) { launcher::copy_word(dst, words + word, stream); }
+  } catch (...) {
+    launcher::release_words(words, nullptr, stream);
+    throw;
+  }
+  launcher::release_words(words, nullptr, stream);
+}
+
+template <class Backend, class Policy>
 void page_cache<Backend, Policy>::throw_if_failed(detail::page_op op,
                                                   std::span<key_type const> keys,
                                                   std::span<page_id const> pages,
@@ -216,18 +234,10 @@ void page_cache<Backend, Policy>::acquire_async(std::span<key_type const> keys,
   if (num_evicted == nullptr) {
     throw error(error_code::null_pointer, std::string(op) + ": num_evicted is null");
   }
-  detail::page_batch b{.op = detail::page_op::acquire, .keys = keys.data(), .n = keys.size(),
-                       .pages_out = pages_out.data(), .status_out = status_out.data(),
-                       .evicted_keys = evicted_keys.data(),
-                       .evicted_pages = evicted_pages.data()};
-  std::size_t* words = launcher::acquire_words(stream);
-  b.words = words;
-  if (!keys.empty()) {
-    launcher::template run<Policy>(ref_, index_.ref(), counters_, b, options_.cpu_threads,
-                                   stream);
-  }
-  launcher::copy_word(num_evicted, words + detail::pw_evicted, stream);
-  launcher::release_words(words, nullptr, stream);
+  run_async_word({.op = detail::page_op::acquire, .keys = keys.data(), .n = keys.size(),
+                  .pages_out = pages_out.data(), .status_out = status_out.data(),
+                  .evicted_keys = evicted_keys.data(), .evicted_pages = evicted_pages.data()},
+                 num_evicted, detail::pw_evicted, stream);
 }
 
 template <class Backend, class Policy>
@@ -277,6 +287,33 @@ std::size_t page_cache<Backend, Policy>::match_prefix(std::span<key_type const> 
       stream, true, w);
   throw_if_failed(detail::page_op::match_prefix, keys, {}, w, {}, stream);
   return w[detail::pw_prefix];
+}
+
+template <class Backend, class Policy>
+void page_cache<Backend, Policy>::match_prefix_async(std::span<key_type const> keys,
+                                                     std::span<page_id> pages_out,
+                                                     std::size_t* length, stream_type stream) {
+  char const* op = "page_cache::match_prefix_async";
+  detail::check_keyed(keys, op);
+  detail::check_span(pages_out, keys.size(), op, "pages_out", true);
+  if (length == nullptr) {
+    throw error(error_code::null_pointer, std::string(op) + ": length is null");
+  }
+  run_async_word({.op = detail::page_op::match_prefix, .keys = keys.data(), .n = keys.size(),
+                  .pages_out = pages_out.data()},
+                 length, detail::pw_prefix, stream);
+}
+
+template <class Backend, class Policy>
+void page_cache<Backend, Policy>::erase_async(std::span<key_type const> keys,
+                                              std::span<page_result> results_out,
+                                              std::size_t* num_erased, stream_type stream) {
+  char const* op = "page_cache::erase_async";
+  detail::check_keyed(keys, op);
+  if (!results_out.empty()) { detail::check_span(results_out, keys.size(), op, "results_out"); }
+  detail::page_batch b{.op = detail::page_op::erase, .keys = keys.data(), .n = keys.size()};
+  b.result_out = results_out.empty() ? nullptr : results_out.data();
+  run_async_word(b, num_erased, detail::pw_prefix, stream);
 }
 
 #define CCHT_PAGE_RESULT_OP(NAME, OP, SPAN_T, FIELD)                                              \
@@ -363,8 +400,14 @@ page_cache_stats page_cache<Backend, Policy>::stats(stream_type stream) const {
   std::int64_t const free_now = w.count < 0 ? 0 : w.count;
   s.pages_free = static_cast<std::size_t>(free_now);
   s.pages_resident = num_pages() - s.pages_free;
-  s.pages_pinned = static_cast<std::size_t>(static_cast<std::int64_t>(c.pinned));
-  s.pages_filling = static_cast<std::size_t>(static_cast<std::int64_t>(c.filling));
+  // Gauges are sums of per-batch deltas: a snapshot taken while batches run may see a release
+  // before its pin, so clamp at zero.
+  auto gauge = [](std::uint64_t v) {
+    auto const x = static_cast<std::int64_t>(v);
+    return static_cast<std::size_t>(x < 0 ? 0 : x);
+  };
+  s.pages_pinned = gauge(c.pinned);
+  s.pages_filling = gauge(c.filling);
   s.bytes_resident = s.pages_resident * page_bytes();
   return s;
 }
