@@ -24,7 +24,7 @@ struct tally {
   std::size_t first_error = ~std::size_t{0};  ///< (index << 8) | page_result
   std::uint64_t done = 0;                     ///< erase: keys erased
 
-  void count(page_op op, page_op_result const& r, std::size_t i) {
+  CCHT_FORCEINLINE void count(page_op op, page_op_result const& r, std::size_t i) {
     auto& k = *reinterpret_cast<page_counters*>(c);
     if (reports_status(op)) {
       switch (r.status) {
@@ -70,16 +70,86 @@ struct tally {
   }
 };
 
-template <class Policy>
-page_op_result run_one(page_ref<Policy> const& ref, page_batch const& b, std::size_t i,
-                       tick_type tick) {
+CCHT_FORCEINLINE void prefetch_r(void const* p) { __builtin_prefetch(p, 0, 2); }
+CCHT_FORCEINLINE void prefetch_w(void const* p) { __builtin_prefetch(p, 1, 2); }
+
+/// Elements between the two prefetch stages and the operation (as in launcher_cpu.cpp: lead x
+/// time per element must cover a DRAM miss).
+constexpr std::size_t lead = 8;
+constexpr std::size_t ring_size = 64;
+static_assert(ring_size > 2 * lead);
+
+/**
+ * Two-stage software prefetch over a chunk of page operations: stage 1 (element i + 2 * lead)
+ * requests the key's first bucket (version word for writing: every page op locks it; the keys);
+ * stage 2 (i + lead) peeks at those keys, a hint only, and requests the hit's score (written by a
+ * pin) and value lines, or the second bucket. release_page first requests the page's owner word
+ * and reads it one stage later. Peeks change nothing.
+ */
+template <class Policy, page_op Op>
+struct page_prefetcher {
+  page_ref<Policy> const& ref;
+  page_batch const& b;
+  key_type key_at[ring_size];
+  detail::slot_hint hint_at[ring_size];
+
+  /// What stage 2 learnt about element @p i (its candidates and first-bucket slot).
+  CCHT_FORCEINLINE detail::slot_hint const* hint(std::size_t i) const {
+    return Op == page_op::release_page ? nullptr : &hint_at[i % ring_size];
+  }
+
+  CCHT_FORCEINLINE void request_first(std::size_t i, key_type k) {
+    candidate_buckets const cb = candidates(k, ref.index.seed, ref.index.num_buckets);
+    key_at[i % ring_size] = k;
+    hint_at[i % ring_size] = {cb, -1};
+    prefetch_w(&ref.index.versions[cb.first]);
+    auto const* keys = reinterpret_cast<char const*>(ref.index.buckets[cb.first].keys);
+    prefetch_r(keys);
+    prefetch_r(keys + 64);
+  }
+  CCHT_FORCEINLINE void stage1(std::size_t i) {
+    if constexpr (Op == page_op::release_page) {
+      if (b.pages_in[i] < ref.ring.num_pages) { prefetch_r(&ref.owner[b.pages_in[i]]); }
+      return;
+    }
+    request_first(i, b.keys[i]);
+  }
+  CCHT_FORCEINLINE void stage2(std::size_t i) {
+    if constexpr (Op == page_op::release_page) {
+      if (b.pages_in[i] >= ref.ring.num_pages) { return; }
+      key_type const k = load_relaxed(ref.owner[b.pages_in[i]]);
+      if (k != empty_key) { request_first(i, k); }
+      return;
+    }
+    key_type const k = key_at[i % ring_size];
+    candidate_buckets const cb = hint_at[i % ring_size].cb;
+    auto const& bk = ref.index.buckets[cb.first];
+    int const slot = find_slot(scalar_tile{}, bk, k);
+    hint_at[i % ring_size].first_slot = slot;
+    if (slot >= 0) {
+      prefetch_w(&bk.scores[slot]);
+      prefetch_r(&bk.values[slot]);
+      if (ref.index.tails != nullptr) { prefetch_w(&ref.index.tails[cb.first]); }
+    } else {
+      prefetch_w(&ref.index.versions[cb.second]);
+      auto const* keys = reinterpret_cast<char const*>(ref.index.buckets[cb.second].keys);
+      prefetch_r(keys);
+      prefetch_r(keys + 64);
+    }
+  }
+};
+
+template <page_op Op, class Policy>
+CCHT_FORCEINLINE page_op_result run_one(page_ref<Policy> const& ref, page_batch const& b,
+                                        std::size_t i, tick_type tick,
+                                        detail::slot_hint const* h) {
   scalar_tile const t{};
-  switch (b.op) {
-    case page_op::acquire: return ref.acquire(t, b.keys[i], tick);
-    case page_op::lookup: return ref.lookup(t, b.keys[i]);
+  switch (Op) {
+    case page_op::acquire: return ref.acquire(t, b.keys[i], tick, nullptr, h);
+    case page_op::lookup: return ref.lookup(t, b.keys[i], h);
     case page_op::publish: return ref.publish(t, b.keys[i]);
     case page_op::abandon: return ref.abandon(t, b.keys[i]);
-    case page_op::release_key: return ref.release(t, b.keys[i], tick);
+    case page_op::release_key: return ref.release(t, b.keys[i], tick, nullptr, h);
     case page_op::release_page: return ref.release_page(t, b.pages_in[i], tick);
     case page_op::erase: return ref.erase(t, b.keys[i]);
     case page_op::match_prefix: break;
@@ -87,9 +157,9 @@ page_op_result run_one(page_ref<Policy> const& ref, page_batch const& b, std::si
   return {};
 }
 
-template <class Policy>
-void write_outputs(page_batch const& b, std::size_t i, page_op_result const& r) {
-  if (reports_status(b.op)) {
+template <page_op Op>
+CCHT_FORCEINLINE void write_outputs(page_batch const& b, std::size_t i, page_op_result const& r) {
+  if constexpr (reports_status(Op)) {
     if (b.pages_out != nullptr) { b.pages_out[i] = r.page; }
     if (b.status_out != nullptr) { b.status_out[i] = r.status; }
     if (r.evicted) {
@@ -100,6 +170,39 @@ void write_outputs(page_batch const& b, std::size_t i, page_op_result const& r) 
     }
   } else if (b.result_out != nullptr) {
     b.result_out[i] = r.result;
+  }
+}
+
+/// Runs elements [lo, hi) in order through the prefetch pipeline (one instance per op, so the
+/// per-element dispatch folds away).
+template <page_op Op, class Policy>
+void run_range(page_ref<Policy> const& ref, page_batch const& b, std::size_t lo, std::size_t hi,
+               tick_type base, tally& t) {
+  page_prefetcher<Policy, Op> pf{ref, b, {}, {}};
+  for (std::size_t i = lo; i < std::min(hi, lo + 2 * lead); ++i) { pf.stage1(i); }
+  for (std::size_t i = lo; i < std::min(hi, lo + lead); ++i) { pf.stage2(i); }
+  for (std::size_t i = lo; i < hi; ++i) {
+    if (i + 2 * lead < hi) { pf.stage1(i + 2 * lead); }
+    if (i + lead < hi) { pf.stage2(i + lead); }
+    page_op_result const r = run_one<Op>(ref, b, i, base + i, pf.hint(i));
+    write_outputs<Op>(b, i, r);
+    t.count(Op, r, i);
+  }
+}
+
+/// run_range for the batch's op, chosen once.
+template <class Policy>
+void run_range_dispatch(page_ref<Policy> const& ref, page_batch const& b, std::size_t lo,
+                        std::size_t hi, tick_type base, tally& t) {
+  switch (b.op) {
+    case page_op::acquire: return run_range<page_op::acquire>(ref, b, lo, hi, base, t);
+    case page_op::lookup: return run_range<page_op::lookup>(ref, b, lo, hi, base, t);
+    case page_op::publish: return run_range<page_op::publish>(ref, b, lo, hi, base, t);
+    case page_op::abandon: return run_range<page_op::abandon>(ref, b, lo, hi, base, t);
+    case page_op::release_key: return run_range<page_op::release_key>(ref, b, lo, hi, base, t);
+    case page_op::release_page: return run_range<page_op::release_page>(ref, b, lo, hi, base, t);
+    case page_op::erase: return run_range<page_op::erase>(ref, b, lo, hi, base, t);
+    case page_op::match_prefix: return;
   }
 }
 
@@ -141,7 +244,6 @@ void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Poli
     return;
   }
 
-  auto const n = static_cast<std::ptrdiff_t>(b.n);
 #if CCHT_WITH_OPENMP
   int const nt = threads > 0 ? threads : omp_get_max_threads();
   // Small batches (batch-1 latency) stay on the calling thread: a parallel region costs more.
@@ -149,13 +251,12 @@ void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Poli
 #pragma omp parallel num_threads(nt)
     {
       tally t;
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t i = 0; i < n; ++i) {
-        auto const u = static_cast<std::size_t>(i);
-        page_op_result const r = run_one(ref, b, u, base + u);
-        write_outputs<Policy>(b, u, r);
-        t.count(b.op, r, u);
-      }
+      // Contiguous ranges per thread, each run through the prefetch pipeline.
+      int const me = omp_get_thread_num(), team = omp_get_num_threads();
+      std::size_t const per = (b.n + static_cast<std::size_t>(team) - 1) / static_cast<std::size_t>(team);
+      std::size_t const lo = std::min(b.n, per * static_cast<std::size_t>(me));
+      std::size_t const hi = std::min(b.n, lo + per);
+      run_range_dispatch(ref, b, lo, hi, base, t);
       t.flush(counters, b.words);
     }
     return;
@@ -164,12 +265,7 @@ void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Poli
   (void)threads;
 #endif
   tally t;
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    auto const u = static_cast<std::size_t>(i);
-    page_op_result const r = run_one(ref, b, u, base + u);
-    write_outputs<Policy>(b, u, r);
-    t.count(b.op, r, u);
-  }
+  run_range_dispatch(ref, b, 0, b.n, base, t);
   t.flush(counters, b.words);
 }
 

@@ -230,15 +230,17 @@ struct page_ref {
   }
 
   /// Pins @p key if it is resident and published (hit), reports pending when it is being
-  /// filled, miss when absent.
+  /// filled, miss when absent. Lock-free: a validated read and one compare-and-swap
+  /// (bucket_ops::pin_optimistic).
   template <class Tile>
-  CCHT_HOST_DEVICE page_op_result lookup(Tile const& tile, key_type key) const noexcept {
+  CCHT_HOST_DEVICE page_op_result lookup(Tile const& tile, key_type key,
+                                         detail::slot_hint const* hint = nullptr) const noexcept {
     value_type val = 0;
-    int held = 0;
-    bool const found = ops::update_locked(tile, index, key, [&](auto& b, std::uint32_t, int slot) {
-      val = detail::load_relaxed(b.values[slot]);
-      held = detail::is_filling(val) ? -2 : ops::pin_locked_slot(b, slot);
-    });
+    int held = ops::pin_optimistic(tile, index, key, val,
+                                   [](value_type v) { return !detail::is_filling(v); }, nullptr,
+                                   hint);
+    bool const found = held != -2;
+    if (held == -3) { held = -2; }  // filling: pending below
     val = tile.shfl(val, 0);
     held = tile.shfl(held, 0);
     page_op_result r;
@@ -259,10 +261,11 @@ struct page_ref {
   /// Hit (pinned), fill (a fresh pinned page to write, then publish), pending, or no_space.
   template <class Tile>
   CCHT_HOST_DEVICE page_op_result acquire(Tile const& tile, key_type key, tick_type tick,
-                                          access_counts* acc = nullptr) const noexcept {
+                                          access_counts* acc = nullptr,
+                                          detail::slot_hint const* hint = nullptr) const noexcept {
     page_op_result r;
     for (int attempt = 0; attempt < max_attempts; ++attempt) {
-      r = lookup(tile, key);
+      r = lookup(tile, key, attempt == 0 ? hint : nullptr);
       if (r.status != page_status::miss) { return r; }
       detail::page_insert_hook hook{ring, owner, key};
       value_type value = 0;
@@ -338,8 +341,9 @@ struct page_ref {
   /// Releases one pin of @p key. The last release is a use at @p tick.
   template <class Tile>
   CCHT_HOST_DEVICE page_op_result release(Tile const& tile, key_type key, tick_type tick,
-                                          access_counts* acc = nullptr) const noexcept {
-    return release_if(tile, key, no_page, tick, acc);
+                                          access_counts* acc = nullptr,
+                                          detail::slot_hint const* hint = nullptr) const noexcept {
+    return release_if(tile, key, no_page, tick, acc, hint);
   }
 
   /// Releases one pin of page @p p (whichever key owns it).
@@ -356,7 +360,7 @@ struct page_ref {
       r.result = page_result::unknown_page;
       return r;
     }
-    r = release_if(tile, k, p, tick, acc);
+    r = release_if(tile, k, p, tick, acc, nullptr);
     if (r.result == page_result::unknown_key) { r.result = page_result::unknown_page; }
     return r;
   }
@@ -369,7 +373,8 @@ struct page_ref {
     value_type val = 0;
     bool const found = ops::update_locked(tile, index, key, [&](auto& b, std::uint32_t, int slot) {
       val = detail::load_relaxed(b.values[slot]);
-      if (is_pinned_score(detail::load_relaxed(b.scores[slot]))) {
+      // Claim the score word first: a lock-free pin may race with the erase (core/pin.hpp).
+      if (!detail::claim_score(scalar_tile{}, b.scores[slot])) {
         res = static_cast<int>(detail::is_filling(val) ? page_result::filling : page_result::pinned);
         return;
       }
@@ -386,30 +391,30 @@ struct page_ref {
   }
 
  private:
-  /// Unpins @p key when it is published and, if @p expect is a page, owns that page.
+  /// Unpins @p key when it is published and, if @p expect is a page, owns that page. Lock-free
+  /// (bucket_ops::unpin_optimistic): a release is one validated read and one compare-and-swap.
   template <class Tile>
   CCHT_HOST_DEVICE page_op_result release_if(Tile const& tile, key_type key, page_id expect,
-                                             tick_type tick, access_counts* acc) const noexcept {
+                                             tick_type tick, access_counts* acc,
+                                             detail::slot_hint const* hint) const noexcept {
     page_op_result r;
-    int res = static_cast<int>(page_result::ok);
-    int left = 0;
+    bool filling = false;
     value_type val = 0;
-    bool const found = ops::update_locked(tile, index, key, [&](auto& b, std::uint32_t bi, int slot) {
-      val = detail::load_relaxed(b.values[slot]);
-      if (expect != no_page && detail::page_of(val) != expect) {
-        res = static_cast<int>(page_result::unknown_page);
-      } else if (detail::is_filling(val)) {
-        res = static_cast<int>(page_result::filling);
-      } else {
-        left = ops::unpin_locked_slot(index, b, bi, slot, tick, acc);
-        if (left < 0) { res = static_cast<int>(page_result::not_pinned); }
-      }
-    }, acc);
-    res = tile.shfl(res, 0);
-    r.result = found ? static_cast<page_result>(res) : page_result::unknown_key;
-    if (r.result == page_result::ok) {
-      r.page = detail::page_of(tile.shfl(val, 0));
-      r.pinned_delta = tile.shfl(left, 0) == 0 ? -1 : 0;
+    int const left = ops::unpin_optimistic(tile, index, key, tick, val, [&](value_type v) {
+      filling = detail::is_filling(v);
+      return !filling && (expect == no_page || detail::page_of(v) == expect);
+    }, acc, hint);
+    if (left >= 0) {
+      r.result = page_result::ok;
+      r.page = detail::page_of(val);
+      r.pinned_delta = left == 0 ? -1 : 0;
+    } else if (left == -1) {
+      r.result = page_result::not_pinned;
+    } else if (left == -2) {
+      r.result = page_result::unknown_key;
+    } else {
+      r.result = tile.shfl(static_cast<int>(filling), 0) ? page_result::filling
+                                                         : page_result::unknown_page;
     }
     return r;
   }

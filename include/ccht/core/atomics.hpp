@@ -53,6 +53,21 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE bool cas_relaxed(T& x, T& expected, T desired)
                                                     cuda::std::memory_order_relaxed,
                                                     cuda::std::memory_order_relaxed);
 }
+/// Compare-and-swap with acquire on success: a writer claiming a slot synchronises with the
+/// release of the last lock-free unpin, so the old holder's reads of its data happen before.
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool cas_acquire(T& x, T& expected, T desired) noexcept {
+  return atomic_ref_t<T>(x).compare_exchange_strong(expected, desired,
+                                                    cuda::std::memory_order_acquire,
+                                                    cuda::std::memory_order_relaxed);
+}
+/// Compare-and-swap with release on success (a lock-free unpin publishes the holder's reads).
+template <class T>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool cas_release(T& x, T& expected, T desired) noexcept {
+  return atomic_ref_t<T>(x).compare_exchange_strong(expected, desired,
+                                                    cuda::std::memory_order_release,
+                                                    cuda::std::memory_order_relaxed);
+}
 /// Acquire and release fence: for a lane that both loads and stores under a lock another lane
 /// of its tile took (its stores must not be seen before the lock, nor its loads read stale data).
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_acq_rel() noexcept {

@@ -184,6 +184,27 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
 
 
 /**
+ * @brief Where a bulk loop's prefetch stage already saw a key: its candidate buckets and the
+ *        slot of its first bucket that held it (-1: not there). Only a hint: the operation checks
+ *        that slot inside its own validated read, and scans as usual when the hint is wrong.
+ */
+struct slot_hint {
+  candidate_buckets cb;  ///< the key's candidates (saves the hash)
+  int first_slot = -1;   ///< slot in cb.first that held the key when peeked, or -1
+};
+
+/// Slot of @p key in @p b: @p hint_slot when that slot holds it (one compare instead of a scan
+/// on one-thread tiles), else find_slot().
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE int find_slot_hinted(Tile const& tile, bucket<B> const& b,
+                                                       key_type key, int hint_slot) noexcept {
+  if constexpr (Tile::num_threads() == 1) {
+    if (hint_slot >= 0 && load_relaxed(b.keys[hint_slot]) == key) { return hint_slot; }
+  }
+  return find_slot(tile, b, key);
+}
+
+/**
  * @brief Insert hook of plain upserts (bucket_ops::insert_or_assign): an existing key is
  *        assigned, a new entry stores the caller's value and an unpinned score.
  *
@@ -355,25 +376,33 @@ struct bucket_ops {
         target_empty = r2.free == BucketSize;
         status = op_status::inserted;
       } else {
-        score_type m1, m2;
         detail::count_scores<BucketSize>(acc);
         detail::count_scores<BucketSize>(acc);
         detail::count_value_read(acc);  // the victim's value, to report it
-        int const s1 = detail::min_score_slot(tile, b1, m1);
-        int const s2 = detail::min_score_slot(tile, b2, m2);
-        if constexpr (Policy::pinnable) {
-          // Pinned scores are at least pin_one, so the smaller minimum is unpinned if any is.
-          if (is_pinned_score(m1) && is_pinned_score(m2)) {
-            if (tile.thread_rank() == 0) {
-              detail::store_release(v.versions[hi], vhi + 1);
-              detail::store_release(v.versions[lo], vlo + 1);
+        while (true) {
+          score_type m1, m2;
+          int const s1 = detail::min_score_slot(tile, b1, m1);
+          int const s2 = detail::min_score_slot(tile, b2, m2);
+          if constexpr (Policy::pinnable) {
+            // Pinned scores are at least pin_one, so the smaller minimum is unpinned if any is.
+            if (is_pinned_score(m1) && is_pinned_score(m2)) {
+              if (tile.thread_rank() == 0) {
+                detail::store_release(v.versions[hi], vhi + 1);
+                detail::store_release(v.versions[lo], vlo + 1);
+              }
+              return op_status::no_space;
             }
-            return op_status::no_space;
           }
+          bool const second_older = m2 < m1;
+          target = second_older ? &b2 : &b1;
+          slot = second_older ? s2 : s1;
+          // Pinnable policies claim the victim first: a lock-free pin may take it meanwhile
+          // (core/pin.hpp), and then the victim is chosen again.
+          if constexpr (Policy::pinnable) {
+            if (!detail::claim_score(tile, target->scores[slot])) { continue; }
+          }
+          break;
         }
-        bool const second_older = m2 < m1;
-        target = second_older ? &b2 : &b1;
-        slot = second_older ? s2 : s1;
         status = op_status::inserted_evicted;
       }
     }
@@ -553,6 +582,39 @@ struct bucket_ops {
     return tile.shfl(found, 0) != 0;
   }
 
+  /**
+   * @brief update_locked() for keys that are expected to be present: locks the first candidate
+   *        bucket at once and scans it, then the second, with no optimistic read first. Saves a
+   *        validated read per hit; costs two lock round trips for an absent key (use it where a
+   *        miss is followed by a write anyway, as in the page cache's acquire).
+   * @return whether the key was found (on every lane)
+   */
+  template <class Tile, class F>
+  CCHT_HOST_DEVICE static bool update_locked_direct(Tile const& tile, view_type const& v,
+                                                    key_type key, F&& f,
+                                                    access_counts* acc = nullptr) noexcept {
+    candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
+    for (int which = 0; which < 2; ++which) {
+      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
+      std::uint32_t held = 0;
+      if (tile.thread_rank() == 0) {
+        held = detail::lock_bucket(v.versions[bi]);
+        detail::fence_release();
+      }
+      tile.sync();
+      detail::fence_acquire();
+      detail::count_probe<BucketSize>(acc);
+      int const slot = detail::find_slot(tile, v.buckets[bi], key);
+      if (slot >= 0) {
+        detail::count_slot_write(acc);
+        if (tile.thread_rank() == 0) { f(v.buckets[bi], bi, slot); }
+      }
+      if (tile.thread_rank() == 0) { detail::store_release(v.versions[bi], held + 1); }
+      if (slot >= 0) { return true; }
+    }
+    return false;
+  }
+
   /// Removes the entry in @p slot of bucket @p b, whose lock the caller holds (update_locked).
   CCHT_HOST_DEVICE static void erase_locked_slot(view_type const& v, bucket<BucketSize>& b,
                                                  int slot) noexcept {
@@ -593,6 +655,166 @@ struct bucket_ops {
     // An atomic add: unlocked promotions (an atomic max) may hit the same word meanwhile.
     detail::atomic_ref_t<score_type>(s).fetch_add(pin_one, cuda::std::memory_order_relaxed);
     return static_cast<int>(held);
+  }
+
+  /**
+   * @brief Adds a pin to @p key without taking a lock: a compare-and-swap on its score from a
+   *        snapshot of (key, value, score) validated by the bucket's seqlock.
+   *
+   * Safe because a writer claims an unpinned entry's score word (claim_score) before removing
+   * or replacing it: if the claim comes first, the swap fails and the snapshot is taken again
+   * (the key is then gone); if the pin comes first, the claim fails and the writer chooses
+   * another victim. A pinned entry's score only changes by pins and unpins, and a replaced
+   * entry's score holds a later tick, so a swap that succeeds pinned the key of the snapshot.
+   * The validated snapshot (an acquire of the version) orders the caller's later reads of what
+   * the entry guards after the writes that preceded its last locked update (a publish).
+   * @param accept called on lane 0 with the entry's value; false refuses (nothing changes)
+   * @return the pins held before (>= 0), -1 when saturated (max_pins), -2 when absent, -3 when
+   *         refused; the value in @p value
+   */
+  template <class Tile, class Accept>
+  CCHT_HOST_DEVICE static int pin_optimistic(Tile const& tile, view_type const& v, key_type key,
+                                             value_type& value, Accept&& accept,
+                                             access_counts* acc = nullptr,
+                                             detail::slot_hint const* hint = nullptr) noexcept {
+    static_assert(Policy::pinnable, "this policy's scores have no room for pins");
+    candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
+    int held = -2;
+    for (int which = 0; which < 2; ++which) {
+      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
+      bucket<BucketSize>& b = v.buckets[bi];
+      detail::count_probe<BucketSize>(acc);
+      unsigned spins = 0;
+      int outcome = 0;  // 0: retry, 1: not in this bucket, 2: done (held set)
+      while (outcome == 0) {
+        std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
+        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+          detail::spin_wait(spins);
+          continue;
+        }
+        int const slot = detail::find_slot_hinted(
+            tile, b, key, which == 0 && hint != nullptr ? hint->first_slot : -1);
+        value_type val = 0;
+        score_type old = 0;
+        if (slot >= 0 && tile.thread_rank() == 0) {
+          val = detail::load_relaxed(b.values[slot]);
+          old = detail::load_relaxed(b.scores[slot]);
+        }
+        detail::fence_acquire();
+        if (tile.ballot(detail::load_relaxed(v.versions[bi]) != v1) != 0) { continue; }
+        if (slot < 0) {
+          outcome = 1;
+          break;
+        }
+        if (tile.thread_rank() == 0) {
+          value = val;
+          if (!accept(val)) {
+            held = -3;
+            outcome = 2;
+          } else if (pins_of(old) >= max_pins) {
+            held = -1;
+            outcome = 2;
+          } else if (detail::cas_relaxed(b.scores[slot], old, old + pin_one)) {
+            held = static_cast<int>(pins_of(old));
+            outcome = 2;
+            detail::count_slot_write(acc);
+          }  // else: a claim, a pin or a promotion moved the word; take the snapshot again
+        }
+        outcome = tile.shfl(outcome, 0);
+      }
+      if (outcome == 2) { break; }
+    }
+    value = tile.shfl(value, 0);
+    return tile.shfl(held, 0);
+  }
+
+  /**
+   * @brief Releases one pin of @p key without taking a lock: a compare-and-swap on its score,
+   *        from a snapshot of (key, value, score) validated by the bucket's seqlock.
+   *
+   * Why no lock is needed: lowering a pin count cannot make a victim choice wrong (a writer that
+   * saw the entry pinned skips it; one that sees it unpinned may evict it, which is allowed). The
+   * swap succeeds only if the score word is unchanged since a validated read that found the key
+   * pinned, and a pinned entry is never replaced, so the pin taken off is the key's own, even
+   * when a caller releases a key it no longer holds (that case reads pins == 0 and changes
+   * nothing). The last release counts as a use at @p tick, as in unpin(), and lowers the
+   * bucket's tail word with an atomic minimum (a racing refresh under the lock may raise it
+   * again: that only delays the bucket's next global eviction).
+   * @param accept called on lane 0 with the entry's value; false refuses (nothing changes)
+   * @return the pins left (>= 0), -1 when none was held, -2 when absent, -3 when refused; and
+   *         the value in @p value
+   */
+  template <class Tile, class Accept>
+  CCHT_HOST_DEVICE static int unpin_optimistic(Tile const& tile, view_type const& v, key_type key,
+                                               tick_type tick, value_type& value, Accept&& accept,
+                                               access_counts* acc = nullptr,
+                                               detail::slot_hint const* hint = nullptr) noexcept {
+    static_assert(Policy::pinnable && Policy::promotes_by_max,
+                  "optimistic unpins need a pinnable by-max policy");
+    candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
+    int left = -2;
+    for (int which = 0; which < 2; ++which) {
+      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
+      bucket<BucketSize>& b = v.buckets[bi];
+      detail::count_probe<BucketSize>(acc);
+      unsigned spins = 0;
+      int outcome = 0;  // 0: retry, 1: not in this bucket, 2: done (left set)
+      while (outcome == 0) {
+        // One validated pass: the slot, its value and its score, as of an even version.
+        std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
+        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+          detail::spin_wait(spins);
+          continue;
+        }
+        int const slot = detail::find_slot_hinted(
+            tile, b, key, which == 0 && hint != nullptr ? hint->first_slot : -1);
+        value_type val = 0;
+        score_type old = 0;
+        if (slot >= 0 && tile.thread_rank() == 0) {
+          val = detail::load_relaxed(b.values[slot]);
+          old = detail::load_relaxed(b.scores[slot]);
+        }
+        detail::fence_acquire();
+        if (tile.ballot(detail::load_relaxed(v.versions[bi]) != v1) != 0) { continue; }
+        if (slot < 0) {
+          outcome = 1;
+          break;
+        }
+        if (tile.thread_rank() == 0) {
+          value = val;
+          if (!accept(val)) {
+            left = -3;
+            outcome = 2;
+          } else if (pins_of(old) == 0) {
+            left = -1;
+            outcome = 2;
+          } else {
+            score_type const bare = old - pin_one;
+            bool const last = !is_pinned_score(bare);
+            score_type const now =
+                last && Policy::on_insert(tick) > bare ? Policy::on_insert(tick) : bare;
+            // Fails when a pin or an unpin moved the word since the validated read: re-read.
+            // Release: the holder's reads of what the entry guards happen before a writer's
+            // claim of it (which acquires).
+            if (detail::cas_release(b.scores[slot], old, now)) {
+              left = static_cast<int>(pins_of(now));
+              outcome = 2;
+              if (last && v.tails != nullptr) {
+                detail::count_slot_write(acc);
+                detail::atomic_ref_t<score_type> t(v.tails[bi]);
+                score_type cur = t.load(cuda::std::memory_order_relaxed);
+                while (now < cur &&
+                       !t.compare_exchange_weak(cur, now, cuda::std::memory_order_relaxed)) {}
+              }
+            }
+          }
+        }
+        outcome = tile.shfl(outcome, 0);
+      }
+      if (outcome == 2) { break; }
+    }
+    value = tile.shfl(value, 0);
+    return tile.shfl(left, 0);
   }
 
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).

@@ -468,6 +468,22 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_arra
 }
 
 /**
+ * @brief Claims an entry for removal (lane 0; the caller holds its bucket): swaps its score word,
+ *        if unpinned, for claimed_score. Fails when it is pinned, or when a lock-free pin (or a
+ *        promotion) changed the word since it was read: the caller chooses again.
+ * @return whether the claim succeeded (on every lane)
+ */
+template <class Tile>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool claim_score(Tile const& tile, score_type& s) noexcept {
+  int ok = 0;
+  if (tile.thread_rank() == 0) {
+    score_type seen = load_relaxed(s);
+    ok = !is_pinned_score(seen) && cas_acquire(s, seen, claimed_score) ? 1 : 0;
+  }
+  return tile.shfl(ok, 0) != 0;
+}
+
+/**
  * @brief Evicts one entry chosen by the global layer @p G. The caller's tile holds the locks of
  *        buckets @p own_a and @p own_b (which may also hold the victim).
  * @return true when an entry was evicted (written to @p ek / @p ev, its bucket to
@@ -478,12 +494,20 @@ CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const&
                                    std::uint32_t own_a, std::uint32_t own_b, key_type& ek,
                                    value_type& ev, std::uint32_t& victim_bucket,
                                    access_counts* acc) noexcept {
-  global_victim gv;
-  if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
-  take_victim(tile, v, gv, tick, ek, ev, acc);
-  release_victim(tile, v, gv);
-  victim_bucket = gv.bucket;
-  return true;
+  // The victim is claimed before it is taken (claim_score): a lock-free pin that won the race
+  // for its score word makes it unevictable, and the search runs again (it now skips that entry).
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    global_victim gv;
+    if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
+    if (claim_score(tile, v.buckets[gv.bucket].scores[gv.slot])) {
+      take_victim(tile, v, gv, tick, ek, ev, acc);
+      release_victim(tile, v, gv);
+      victim_bucket = gv.bucket;
+      return true;
+    }
+    release_victim(tile, v, gv);
+  }
+  return false;
 }
 
 /// Adds @p delta to the live-entry count (lane 0 only); returns the count before.

@@ -12,9 +12,12 @@
  * max with a tick (< pin_one), which leaves a pinned score alone; the entry's recency is set when
  * its last pin is released (a release is a use).
  *
- * Pins and unpins take the lock of the key's bucket (core/bucket_ops.hpp: pin, unpin), so that a
- * writer choosing a victim under the same lock never races with a pin; a pin is a write, like an
- * upsert. Entries of a bucket whose entries are all pinned are never evicted: an insert whose two
+ * Pins and unpins either take the lock of the key's bucket (core/bucket_ops.hpp: pin, unpin), so
+ * that a writer choosing a victim under the same lock never races with them, or run lock-free
+ * (pin_optimistic, unpin_optimistic: a compare-and-swap on the score from a seqlock-validated
+ * snapshot). Lock-free pins are safe because every writer that removes an unpinned entry of a
+ * pinnable policy first claims its score word with a compare-and-swap (claimed_score): a pin and
+ * a removal of the same entry race on one word, and one of them fails and retries. Entries of a bucket whose entries are all pinned are never evicted: an insert whose two
  * buckets are full of pinned entries fails with op_status::no_space and changes nothing, and the
  * global layer (core/global.hpp) ranks such a bucket as if it held no entry. When every entry
  * the global layer looks at is pinned, an insert at capacity takes its free slot anyway (the
@@ -39,6 +42,15 @@ inline constexpr score_type pin_one = score_type{1} << pin_shift;
 inline constexpr std::uint32_t max_pins = (1u << 11) - 1;
 /// Mask of a pinnable policy's own score bits.
 inline constexpr score_type pin_score_mask = pin_one - 1;
+
+/**
+ * @brief Score word of an entry a writer is about to remove (all bits set: it reads as pinned,
+ *        so no other victim search takes it). A writer that removes or replaces an unpinned
+ *        entry first swaps its observed score for this value (detail::claim_score); a lock-free
+ *        pin (bucket_ops::pin_optimistic) swaps the same word, so exactly one of the two wins and
+ *        a pinned entry is never removed.
+ */
+inline constexpr score_type claimed_score = ~score_type{0};
 
 /// Pins held in score word @p s of a pinnable policy.
 CCHT_HOST_DEVICE constexpr std::uint32_t pins_of(score_type s) noexcept {
