@@ -16,7 +16,8 @@
 # Steps, each bounded by `timeout` and by the budget's deadline: nvidia-smi and a CUDA probe (a
 # kernel built for sm_$GPU_CHECK_ARCH must run; any failure stops here, before the build), build of
 # the GPU targets only (ccht_tests_cuda, ccht_bench_gpu, the ccht CLI; ccache if present), the GPU
-# tests (ctest -L '^cuda$', 60 s per test), ccht_bench_gpu, then `ccht paper --backend cuda` at a
+# tests (ctest -L '^cuda$', 60 s per test; the page cache's cuda.PageCache.* among them),
+# ccht_bench_gpu (--policy all: the table's policies and the page cache), then `ccht paper --backend cuda` at a
 # small size while compute-sanitizer runs memcheck, synccheck and racecheck over small table,
 # model, device-ref and kick-out tests (on by default: they fit the budget; the paper's Mreq/s are
 # therefore not timings to quote; GPU_CHECK_SANITIZER=0 turns them off).
@@ -423,7 +424,7 @@ fi
 # through TableApi/BadInput/TableModel, device refs, kick-out. The skipped-by-design test and
 # those that provoke CUDA errors on purpose (huge allocation, bad launch) stay out.
 san_never="*.$by_design:*.HugeAllocationIsOutOfMemory:*.PendingErrorFromEarlierWorkIsReportedAsSuch"
-san_small="TableApi.*:BadInput.*:TableModel/*.MatchesModelOddBucketCount:TableModel/*.InvariantsHoldUnderSmallBatchesTinyTable:DeviceRef.*:DeviceKickout.*"
+san_small="TableApi.*:BadInput.*:TableModel/*.MatchesModelOddBucketCount:TableModel/*.InvariantsHoldUnderSmallBatchesTinyTable:DeviceRef.*:DeviceKickout.*:PageCache.FillPublishHitRelease:PageCache.PendingUntilPublishedNeverHalfFilled:PageCache.EraseRefusesPinnedPages:PageCache.AsyncVariantsReportThroughBackendWords"
 # racecheck is the slowest and only sees shared memory, which only the bulk kernels use.
 san_race="TableApi.*:BadInput.*:TableModel/*.InvariantsHoldUnderSmallBatchesTinyTable"
 sanitizer=""
