@@ -67,6 +67,10 @@ struct bucket_array_view {
   /// Kick-out policies only: most residents one insert displaces before the homeless one is
   /// evicted (ccht::kick_threshold, the paper's 2000; 0 counts as 1).
   std::uint32_t max_kicks = 2000;
+  /// Pinnable policies: writers claim a victim's score before removing it (core/pin.hpp), which
+  /// makes lock-free pins (bucket_ops::pin_optimistic) safe. Off for plain tables, which then save
+  /// a compare-and-swap per eviction; the page cache sets it on its view of its index.
+  bool optimistic_pins = false;
 };
 
 }  // namespace ccht

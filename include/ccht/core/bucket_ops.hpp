@@ -399,7 +399,7 @@ struct bucket_ops {
           // Pinnable policies claim the victim first: a lock-free pin may take it meanwhile
           // (core/pin.hpp), and then the victim is chosen again.
           if constexpr (Policy::pinnable) {
-            if (!detail::claim_score(tile, target->scores[slot])) { continue; }
+            if (v.optimistic_pins && !detail::claim_score(tile, target->scores[slot])) { continue; }
           }
           break;
         }
@@ -678,6 +678,15 @@ struct bucket_ops {
                                              access_counts* acc = nullptr,
                                              detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
+    if (!v.optimistic_pins) {  // writers do not claim victims here: pin under the lock
+      int held = -2;
+      with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t, int slot) {
+        value = detail::load_relaxed(b.values[slot]);
+        held = !accept(value) ? -3 : pin_locked_slot(b, slot);
+      });
+      value = tile.shfl(value, 0);
+      return tile.shfl(held, 0);
+    }
     candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
     int held = -2;
     for (int which = 0; which < 2; ++which) {
@@ -751,6 +760,15 @@ struct bucket_ops {
                                                detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable && Policy::promotes_by_max,
                   "optimistic unpins need a pinnable by-max policy");
+    if (!v.optimistic_pins) {  // no claims on this table: unpin under the lock
+      int left = -2;
+      with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
+        value = detail::load_relaxed(b.values[slot]);
+        left = !accept(value) ? -3 : unpin_locked_slot(v, b, bi, slot, tick, acc);
+      });
+      value = tile.shfl(value, 0);
+      return tile.shfl(left, 0);
+    }
     candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
     int left = -2;
     for (int which = 0; which < 2; ++which) {

@@ -499,7 +499,7 @@ CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const&
   for (int attempt = 0; attempt < 4; ++attempt) {
     global_victim gv;
     if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
-    if (claim_score(tile, v.buckets[gv.bucket].scores[gv.slot])) {
+    if (!v.optimistic_pins || claim_score(tile, v.buckets[gv.bucket].scores[gv.slot])) {
       take_victim(tile, v, gv, tick, ek, ev, acc);
       release_victim(tile, v, gv);
       victim_bucket = gv.bucket;

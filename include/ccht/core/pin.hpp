@@ -15,8 +15,8 @@
  * Pins and unpins either take the lock of the key's bucket (core/bucket_ops.hpp: pin, unpin), so
  * that a writer choosing a victim under the same lock never races with them, or run lock-free
  * (pin_optimistic, unpin_optimistic: a compare-and-swap on the score from a seqlock-validated
- * snapshot). Lock-free pins are safe because every writer that removes an unpinned entry of a
- * pinnable policy first claims its score word with a compare-and-swap (claimed_score): a pin and
+ * snapshot). Lock-free pins are safe because, on a view with optimistic_pins set, every writer
+ * that removes an unpinned entry first claims its score word with a compare-and-swap (claimed_score): a pin and
  * a removal of the same entry race on one word, and one of them fails and retries. Entries of a bucket whose entries are all pinned are never evicted: an insert whose two
  * buckets are full of pinned entries fails with op_status::no_space and changes nothing, and the
  * global layer (core/global.hpp) ranks such a bucket as if it held no entry. When every entry

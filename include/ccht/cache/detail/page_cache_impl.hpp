@@ -97,6 +97,9 @@ page_cache<Backend, Policy>::page_cache(std::size_t pool_bytes, std::size_t page
   auto* base = static_cast<unsigned char*>(aux_);
   counters_ = reinterpret_cast<detail::page_counters*>(base + lay.counters);
   ref_.index = index_.ref().view();
+  // Every writer of the index goes through ref_ (index() is const), so all of them claim
+  // victims, and hits and releases can pin without the lock (core/pin.hpp).
+  ref_.index.optimistic_pins = true;
   ref_.ring = detail::free_ring{reinterpret_cast<page_id*>(base + lay.ring),
                                 reinterpret_cast<detail::free_ring_words*>(base + lay.words),
                                 static_cast<std::uint32_t>(n)};
