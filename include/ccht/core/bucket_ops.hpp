@@ -687,54 +687,21 @@ struct bucket_ops {
       value = tile.shfl(value, 0);
       return tile.shfl(held, 0);
     }
-    candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
-    int held = -2;
-    for (int which = 0; which < 2; ++which) {
-      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
-      bucket<BucketSize>& b = v.buckets[bi];
-      detail::count_probe<BucketSize>(acc);
-      unsigned spins = 0;
-      int outcome = 0;  // 0: retry, 1: not in this bucket, 2: done (held set)
-      while (outcome == 0) {
-        std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
-        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
-          detail::spin_wait(spins);
-          continue;
-        }
-        int const slot = detail::find_slot_hinted(
-            tile, b, key, which == 0 && hint != nullptr ? hint->first_slot : -1);
-        value_type val = 0;
-        score_type old = 0;
-        if (slot >= 0 && tile.thread_rank() == 0) {
-          val = detail::load_relaxed(b.values[slot]);
-          old = detail::load_relaxed(b.scores[slot]);
-        }
-        detail::fence_acquire();
-        if (tile.ballot(detail::load_relaxed(v.versions[bi]) != v1) != 0) { continue; }
-        if (slot < 0) {
-          outcome = 1;
-          break;
-        }
-        if (tile.thread_rank() == 0) {
-          value = val;
-          if (!accept(val)) {
-            held = -3;
-            outcome = 2;
-          } else if (pins_of(old) >= max_pins) {
-            held = -1;
-            outcome = 2;
-          } else if (detail::cas_relaxed(b.scores[slot], old, old + pin_one)) {
-            held = static_cast<int>(pins_of(old));
-            outcome = 2;
-            detail::count_slot_write(acc);
-          }  // else: a claim, a pin or a promotion moved the word; take the snapshot again
-        }
-        outcome = tile.shfl(outcome, 0);
-      }
-      if (outcome == 2) { break; }
-    }
-    value = tile.shfl(value, 0);
-    return tile.shfl(held, 0);
+    return snapshot_swap(tile, v, key, value, acc, hint,
+                         [&](bucket<BucketSize>& b, std::uint32_t, int slot, value_type val,
+                             score_type old, int& result) {
+                           if (!accept(val)) {
+                             result = -3;
+                           } else if (pins_of(old) >= max_pins) {
+                             result = -1;
+                           } else if (detail::cas_relaxed(b.scores[slot], old, old + pin_one)) {
+                             result = static_cast<int>(pins_of(old));
+                             detail::count_slot_write(acc);
+                           } else {
+                             return false;  // a claim, a pin or a promotion moved the word
+                           }
+                           return true;
+                         });
   }
 
   /**
@@ -769,70 +736,35 @@ struct bucket_ops {
       value = tile.shfl(value, 0);
       return tile.shfl(left, 0);
     }
-    candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
-    int left = -2;
-    for (int which = 0; which < 2; ++which) {
-      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
-      bucket<BucketSize>& b = v.buckets[bi];
-      detail::count_probe<BucketSize>(acc);
-      unsigned spins = 0;
-      int outcome = 0;  // 0: retry, 1: not in this bucket, 2: done (left set)
-      while (outcome == 0) {
-        // One validated pass: the slot, its value and its score, as of an even version.
-        std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
-        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
-          detail::spin_wait(spins);
-          continue;
-        }
-        int const slot = detail::find_slot_hinted(
-            tile, b, key, which == 0 && hint != nullptr ? hint->first_slot : -1);
-        value_type val = 0;
-        score_type old = 0;
-        if (slot >= 0 && tile.thread_rank() == 0) {
-          val = detail::load_relaxed(b.values[slot]);
-          old = detail::load_relaxed(b.scores[slot]);
-        }
-        detail::fence_acquire();
-        if (tile.ballot(detail::load_relaxed(v.versions[bi]) != v1) != 0) { continue; }
-        if (slot < 0) {
-          outcome = 1;
-          break;
-        }
-        if (tile.thread_rank() == 0) {
-          value = val;
+    return snapshot_swap(
+        tile, v, key, value, acc, hint,
+        [&](bucket<BucketSize>& b, std::uint32_t bi, int slot, value_type val, score_type old,
+            int& result) {
           if (!accept(val)) {
-            left = -3;
-            outcome = 2;
-          } else if (pins_of(old) == 0) {
-            left = -1;
-            outcome = 2;
-          } else {
-            score_type const bare = old - pin_one;
-            bool const last = !is_pinned_score(bare);
-            score_type const now =
-                last && Policy::on_insert(tick) > bare ? Policy::on_insert(tick) : bare;
-            // Fails when a pin or an unpin moved the word since the validated read: re-read.
-            // Release: the holder's reads of what the entry guards happen before a writer's
-            // claim of it (which acquires).
-            if (detail::cas_release(b.scores[slot], old, now)) {
-              left = static_cast<int>(pins_of(now));
-              outcome = 2;
-              if (last && v.tails != nullptr) {
-                detail::count_slot_write(acc);
-                detail::atomic_ref_t<score_type> t(v.tails[bi]);
-                score_type cur = t.load(cuda::std::memory_order_relaxed);
-                while (now < cur &&
-                       !t.compare_exchange_weak(cur, now, cuda::std::memory_order_relaxed)) {}
-              }
-            }
+            result = -3;
+            return true;
           }
-        }
-        outcome = tile.shfl(outcome, 0);
-      }
-      if (outcome == 2) { break; }
-    }
-    value = tile.shfl(value, 0);
-    return tile.shfl(left, 0);
+          if (pins_of(old) == 0) {
+            result = -1;
+            return true;
+          }
+          score_type const bare = old - pin_one;
+          bool const last = !is_pinned_score(bare);
+          score_type const now =
+              last && Policy::on_insert(tick) > bare ? Policy::on_insert(tick) : bare;
+          // Release: the holder's reads of what the entry guards happen before a writer's claim
+          // of it (which acquires). Fails when a pin or an unpin moved the word: re-read.
+          if (!detail::cas_release(b.scores[slot], old, now)) { return false; }
+          result = static_cast<int>(pins_of(now));
+          if (last && v.tails != nullptr) {
+            detail::count_slot_write(acc);
+            detail::atomic_ref_t<score_type> t(v.tails[bi]);
+            score_type cur = t.load(cuda::std::memory_order_relaxed);
+            while (now < cur &&
+                   !t.compare_exchange_weak(cur, now, cuda::std::memory_order_relaxed)) {}
+          }
+          return true;
+        });
   }
 
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).
@@ -871,6 +803,57 @@ struct bucket_ops {
   }
 
  private:
+  /**
+   * The lock-free loop of pin_optimistic and unpin_optimistic: for each candidate bucket, one
+   * pass reads the key's slot, value and score as of an even, unchanged version; then lane 0
+   * calls step(bucket, bucket index, slot, value, score, result), which either finishes (true,
+   * result set) or reports that its compare-and-swap lost a race (false: read again).
+   * @return result, or -2 when the key is in neither bucket; the value read goes to @p value
+   */
+  template <class Tile, class Step>
+  CCHT_HOST_DEVICE static int snapshot_swap(Tile const& tile, view_type const& v, key_type key,
+                                            value_type& value, access_counts* acc,
+                                            detail::slot_hint const* hint, Step&& step) noexcept {
+    candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
+    int result = -2;
+    for (int which = 0; which < 2; ++which) {
+      std::uint32_t const bi = which == 0 ? cb.first : cb.second;
+      bucket<BucketSize>& b = v.buckets[bi];
+      detail::count_probe<BucketSize>(acc);
+      unsigned spins = 0;
+      int outcome = 0;  // 0: read again, 1: not in this bucket, 2: done
+      while (outcome == 0) {
+        std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
+        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+          detail::spin_wait(spins);
+          continue;
+        }
+        int const slot = detail::find_slot_hinted(
+            tile, b, key, which == 0 && hint != nullptr ? hint->first_slot : -1);
+        value_type val = 0;
+        score_type old = 0;
+        if (slot >= 0 && tile.thread_rank() == 0) {
+          val = detail::load_relaxed(b.values[slot]);
+          old = detail::load_relaxed(b.scores[slot]);
+        }
+        detail::fence_acquire();
+        if (tile.ballot(detail::load_relaxed(v.versions[bi]) != v1) != 0) { continue; }
+        if (slot < 0) {
+          outcome = 1;
+          break;
+        }
+        if (tile.thread_rank() == 0) {
+          value = val;
+          outcome = step(b, bi, slot, val, old, result) ? 2 : 0;
+        }
+        outcome = tile.shfl(outcome, 0);
+      }
+      if (outcome == 2) { break; }
+    }
+    value = tile.shfl(value, 0);
+    return tile.shfl(result, 0);
+  }
+
   /**
    * Runs f(bucket, bucket index, slot) on lane 0 with the bucket holding @p key locked, if the
    * key is present (found optimistically, then checked again under the lock). Locks one bucket
