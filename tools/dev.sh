@@ -35,6 +35,14 @@ setup() {
     python3 -m pip install -q matplotlib 2>/dev/null ||
       echo "warning: no matplotlib for python3; ccht compare will write data without plots" >&2
   fi
+  # The project's own virtual environment (never the system Python): the safetensors package
+  # writes the weight cache's test fixtures.
+  if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import safetensors, numpy' 2>/dev/null; then
+    say "creating .venv (safetensors, numpy, pytest from PyPI)"
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q safetensors numpy pytest
+  fi
   # The core needs libcu++ (cuda::atomic_ref) from the CUDA toolkit's CCCL, even on the CPU.
   if [ -z "${CUDAToolkit_ROOT:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
     echo "error: the CUDA toolkit (for its CCCL headers) is required; install it or set CUDAToolkit_ROOT" >&2

@@ -6,7 +6,10 @@
 
 #include <ccht/backend.hpp>
 #include <ccht/cache/kv_keys.hpp>
+#include <ccht/cache/model_loader.hpp>
 #include <ccht/cache/page_cache.hpp>
+#include <ccht/cache/safetensors.hpp>
+#include <ccht/cache/weight_cache.hpp>
 #include <ccht/config.hpp>
 #include <ccht/core/bucket.hpp>
 #include <ccht/core/bucket_ops.hpp>

@@ -66,6 +66,8 @@ struct page_cache_options {
   std::uint32_t global_samples = 0;
   /// Global layer of double LRU: how the victim is found.
   victim_search global_search = victim_search::tail_index;
+  /// How the page pool is allocated (the weight cache asks for a mappable one).
+  pool_options pool{};
 };
 
 /// Counters and gauges of a page cache (see page_cache::stats()).

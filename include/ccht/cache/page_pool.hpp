@@ -3,10 +3,16 @@
  * @brief ccht::page_pool: one allocation of fixed-size pages in backend memory (device memory on
  *        CUDA, host memory on the CPU), addressed by a 32-bit page id. The storage under the
  *        page cache (issue 9); it owns bytes and geometry only, not which pages are in use.
+ *
+ * A **mappable** pool (pool_options::memory) can also map any of its pages into other address
+ * ranges, so that pages scattered over the pool appear as one contiguous object (the weight
+ * cache). Its memory is a memfd on the CPU and one driver allocation per page on CUDA
+ * (cache/detail/vm.hpp); page(id) addresses the same bytes as every mapping of that page.
  */
 #pragma once
 
 #include <ccht/backend.hpp>
+#include <ccht/cache/detail/vm.hpp>
 #include <ccht/error.hpp>
 
 #include <cstddef>
@@ -19,6 +25,18 @@ namespace ccht {
 
 /// Page index within a ccht::page_pool.
 using page_id = std::uint32_t;
+
+/// How a page pool's memory is allocated.
+enum class pool_memory : std::uint8_t {
+  plain = 0,     ///< one Backend::allocate
+  mappable = 1,  ///< pages that can also be mapped elsewhere (see page_pool::map_pages)
+};
+
+/// Allocation options of a ccht::page_pool.
+struct pool_options {
+  pool_memory memory = pool_memory::plain;  ///< plain or mappable
+  huge_pages huge = huge_pages::automatic;  ///< mappable pools on the CPU: hugetlb pages
+};
 
 /**
  * @brief @p pool_bytes of backend memory cut into pages of @p page_bytes, in one allocation.
@@ -36,7 +54,8 @@ class page_pool {
    *         pool_bytes, or when that makes more than max_pages pages; out_of_memory (or
    *         cuda_failure) when the allocation fails. Nothing stays allocated after a throw.
    */
-  page_pool(std::size_t pool_bytes, std::size_t page_bytes) : page_bytes_(page_bytes) {
+  page_pool(std::size_t pool_bytes, std::size_t page_bytes, pool_options options = {})
+      : page_bytes_(page_bytes), mappable_(options.memory == pool_memory::mappable) {
     if (pool_bytes == 0 || page_bytes == 0) {
       throw error(error_code::invalid_size, "page_pool: pool_bytes (" + std::to_string(pool_bytes) +
                                                 ") and page_bytes (" + std::to_string(page_bytes) +
@@ -53,23 +72,28 @@ class page_pool {
                   "page_pool: " + std::to_string(num_pages_) + " pages exceed the most a pool " +
                       "addresses (" + std::to_string(max_pages) + ")");
     }
-    data_ = static_cast<std::byte*>(Backend::allocate(pool_bytes));
+    data_ = mappable_ ? vm_type::create(vm_, pool_bytes, page_bytes, options.huge)
+                      : static_cast<std::byte*>(Backend::allocate(pool_bytes));
   }
-  ~page_pool() { Backend::deallocate(data_); }
+  ~page_pool() { free_all(); }
   page_pool(page_pool const&) = delete;
   page_pool& operator=(page_pool const&) = delete;
   /// Moves the allocation; the source is left empty (no pages).
   page_pool(page_pool&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)),
         page_bytes_(std::exchange(o.page_bytes_, 0)),
-        num_pages_(std::exchange(o.num_pages_, 0)) {}
+        num_pages_(std::exchange(o.num_pages_, 0)),
+        mappable_(std::exchange(o.mappable_, false)),
+        vm_(std::exchange(o.vm_, {})) {}
   /// Moves the allocation; the source is left empty (no pages).
   page_pool& operator=(page_pool&& o) noexcept {
     if (this != &o) {
-      Backend::deallocate(data_);
+      free_all();
       data_ = std::exchange(o.data_, nullptr);
       page_bytes_ = std::exchange(o.page_bytes_, 0);
       num_pages_ = std::exchange(o.num_pages_, 0);
+      mappable_ = std::exchange(o.mappable_, false);
+      vm_ = std::exchange(o.vm_, {});
     }
     return *this;
   }
@@ -92,10 +116,58 @@ class page_pool {
     return data_ + std::size_t{id} * page_bytes_;
   }
 
+  /// @name Mapping (mappable pools only; each throws ccht::error invalid_argument otherwise)
+  /// A range from reserve_range() is inaccessible until pages are mapped into it; unmapped parts
+  /// fault on access. Map and unmap at multiples of page_bytes() from the range's start.
+  /// @{
+  /// Whether the pool was built with pool_memory::mappable.
+  bool mappable() const noexcept { return mappable_; }
+  /// Whether hugetlb pages back the pool (CPU), or the GPU's large pages (CUDA, always).
+  bool huge_pages_used() const noexcept { return mappable_ && vm_.huge; }
+  /// Reserves address space for @p pages pages. @throws ccht::error out_of_memory when it fails
+  std::byte* reserve_range(std::size_t pages) const {
+    require_mappable("reserve_range");
+    return vm_type::reserve(vm_, pages * page_bytes_);
+  }
+  /// Maps pages first .. first + count - 1 (consecutive ids) at @p at, in order.
+  void map_pages(std::byte* at, page_id first, std::size_t count) const {
+    require_mappable("map_pages");
+    if (std::size_t{first} + count > num_pages_) { (void)page(static_cast<page_id>(num_pages_)); }
+    vm_type::map(vm_, at, page_bytes_, first, count);
+  }
+  /// Unmaps @p count mapped pages at @p at (the range stays reserved).
+  void unmap_pages(std::byte* at, std::size_t count) const {
+    require_mappable("unmap_pages");
+    vm_type::unmap(vm_, at, page_bytes_, count);
+  }
+  /// Returns a range of @p pages pages from reserve_range(); unmap its pages first.
+  void free_range(std::byte* at, std::size_t pages) const noexcept {
+    if (mappable_) { vm_type::free(vm_, at, pages * page_bytes_); }
+  }
+  /// @}
+
  private:
+  using vm_type = detail::vm<Backend>;
+  void require_mappable(char const* what) const {
+    if (!mappable_) {
+      throw error(error_code::invalid_argument,
+                  std::string("page_pool::") + what + ": the pool is not mappable");
+    }
+  }
+  void free_all() noexcept {
+    if (mappable_) {
+      vm_type::destroy(vm_, data_, num_pages_ * page_bytes_);
+    } else {
+      Backend::deallocate(data_);
+    }
+    data_ = nullptr;
+  }
+
   std::byte* data_ = nullptr;
   std::size_t page_bytes_ = 0;
   std::size_t num_pages_ = 0;
+  bool mappable_ = false;
+  typename vm_type::state vm_{};
 };
 
 }  // namespace ccht

@@ -71,7 +71,8 @@ template <class Backend, class Policy>
 page_cache<Backend, Policy>::page_cache(std::size_t pool_bytes, std::size_t page_bytes,
                                         page_cache_options options)
     : options_(options),
-      pool_(detail::checked_pool_bytes(pool_bytes, page_bytes, options.table_ratio), page_bytes),
+      pool_(detail::checked_pool_bytes(pool_bytes, page_bytes, options.table_ratio), page_bytes,
+            options.pool),
       index_(detail::page_index_slots(pool_.num_pages(), options.table_ratio),
              table_options{.seed = options.seed,
                            .cpu_threads = options.cpu_threads,

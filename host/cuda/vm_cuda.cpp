@@ -1,0 +1,117 @@
+// The CUDA backend's mappable page pool (include/ccht/cache/detail/vm.hpp) over the driver's
+// virtual memory management. Compiled with the CUDA backend; it has not run on a GPU yet (the
+// CPU backend's memfd pool in host/cpu/vm_cpu.cpp runs the same mapping logic in the tests).
+#include <ccht/cache/detail/vm.hpp>
+#include <ccht/error.hpp>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace ccht::detail {
+namespace {
+
+void check_cu(CUresult r, char const* what, std::size_t bytes) {
+  if (r == CUDA_SUCCESS) { return; }
+  char const* name = nullptr;
+  char const* text = nullptr;
+  cuGetErrorName(r, &name);
+  cuGetErrorString(r, &text);
+  throw error(r == CUDA_ERROR_OUT_OF_MEMORY ? error_code::out_of_memory : error_code::cuda_failure,
+              std::string("mappable page pool: ") + what + " of " + std::to_string(bytes) +
+                  " bytes failed (" + (name ? name : "?") + ": " + (text ? text : "?") + ")");
+}
+
+CUmemAllocationProp prop_for(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+void set_access(int device, std::byte* at, std::size_t len) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check_cu(cuMemSetAccess(reinterpret_cast<CUdeviceptr>(at), len, &access, 1), "cuMemSetAccess",
+           len);
+}
+
+}  // namespace
+
+std::byte* vm<cuda_backend>::create(state& s, std::size_t bytes, std::size_t page_bytes,
+                                    huge_pages) {
+  check_cuda(cudaFree(nullptr), "CUDA context creation");  // the driver API needs a context
+  check_cuda(cudaGetDevice(&s.device), "cudaGetDevice");
+  CUmemAllocationProp const prop = prop_for(s.device);
+  std::size_t gran = 0;
+  check_cu(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+           "cuMemGetAllocationGranularity", page_bytes);
+  if (gran == 0 || page_bytes % gran != 0) {
+    throw error(error_code::invalid_size,
+                "mappable page pool: page_bytes " + std::to_string(page_bytes) +
+                    " is not a multiple of the GPU's allocation granularity (" +
+                    std::to_string(gran) + " bytes)");
+  }
+  s.align = gran;
+  std::size_t const pages = bytes / page_bytes;
+  std::byte* data = reserve(s, bytes);
+  try {
+    s.handles.reserve(pages);
+    for (std::size_t i = 0; i < pages; ++i) {
+      CUmemGenericAllocationHandle h{};
+      check_cu(cuMemCreate(&h, page_bytes, &prop, 0), "cuMemCreate", page_bytes);
+      s.handles.push_back(h);
+    }
+    map(s, data, page_bytes, 0, pages);
+  } catch (...) {
+    destroy(s, data, bytes);
+    throw;
+  }
+  return data;
+}
+
+void vm<cuda_backend>::destroy(state& s, std::byte* data, std::size_t bytes) noexcept {
+  if (data != nullptr) {
+    std::size_t const page_bytes = s.handles.empty() ? bytes : bytes / s.handles.size();
+    for (std::size_t i = 0; i < s.handles.size(); ++i) {
+      cuMemUnmap(reinterpret_cast<CUdeviceptr>(data + i * page_bytes), page_bytes);
+    }
+    cuMemAddressFree(reinterpret_cast<CUdeviceptr>(data), bytes);
+  }
+  for (auto h : s.handles) { cuMemRelease(h); }
+  s.handles.clear();
+}
+
+std::byte* vm<cuda_backend>::reserve(state const& s, std::size_t bytes) {
+  CUdeviceptr p = 0;
+  check_cu(cuMemAddressReserve(&p, bytes, s.align, 0, 0), "cuMemAddressReserve", bytes);
+  return reinterpret_cast<std::byte*>(p);
+}
+
+void vm<cuda_backend>::map(state const& s, std::byte* at, std::size_t page_bytes,
+                           std::uint32_t first, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    check_cu(cuMemMap(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes, 0,
+                      s.handles.at(first + i), 0),
+             "cuMemMap", page_bytes);
+  }
+  set_access(s.device, at, count * page_bytes);
+}
+
+void vm<cuda_backend>::unmap(state const&, std::byte* at, std::size_t page_bytes,
+                             std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    check_cu(cuMemUnmap(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes),
+             "cuMemUnmap", page_bytes);
+  }
+}
+
+void vm<cuda_backend>::free(state const&, std::byte* at, std::size_t bytes) noexcept {
+  if (at != nullptr) { cuMemAddressFree(reinterpret_cast<CUdeviceptr>(at), bytes); }
+}
+
+}  // namespace ccht::detail

@@ -1,0 +1,191 @@
+// ccht::model_loader::load (cache/model_loader.hpp): segments of a file -> cache objects, the
+// acquire / fill / publish loop, waits for other fillers, and the rollback on any failure.
+#pragma once
+
+#include <ccht/error.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace ccht {
+
+template <class Backend>
+std::shared_ptr<st_header const> model_loader<Backend>::header_for(std::string const& path,
+                                                                   file_identity const& id) {
+  std::optional<file_identity> old;
+  {
+    std::lock_guard lock(mu_);
+    auto it = files_.find(path);
+    if (it != files_.end()) {
+      if (it->second.id == id) { return it->second.header; }
+      old = it->second.id;
+    }
+  }
+  auto header = std::make_shared<st_header const>(read_safetensors(path));
+  if (!(identify_file(path) == id)) {
+    throw error(error_code::invalid_argument, path + ": the file changed while its header was read");
+  }
+  std::shared_ptr<st_header const> old_header;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = files_[path];
+    if (slot.header && !(slot.id == id)) { old_header = slot.header; }
+    slot = known_file{id, header};
+  }
+  if (old && old_header) {  // a new version: its predecessor's unpinned objects go now
+    std::vector<key_type> stale{file_key(*old)};
+    for (auto const& t : old_header->tensors) { stale.push_back(tensor_key(*old, t.name)); }
+    cache_.erase(stale);
+  }
+  return header;
+}
+
+template <class Backend>
+loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
+  auto const t0 = std::chrono::steady_clock::now();
+  file_identity const id = identify_file(path);
+  std::shared_ptr<st_header const> const h = header_for(path, id);
+
+  // Segments: one object each, with where its bytes are in the file.
+  struct segment {
+    key_type key;
+    std::uint64_t offset;
+    std::size_t bytes;
+  };
+  std::vector<segment> segs;
+  std::vector<std::size_t> seg_of(h->tensors.size(), SIZE_MAX);
+  if (options_.layout == model_layout::packed) {
+    if (h->data_bytes != 0) { segs.push_back({file_key(id), h->data_offset, h->data_bytes}); }
+    for (std::size_t t = 0; t < h->tensors.size(); ++t) {
+      if (h->tensors[t].bytes() != 0) { seg_of[t] = 0; }
+    }
+  } else {
+    for (std::size_t t = 0; t < h->tensors.size(); ++t) {
+      auto const& ti = h->tensors[t];
+      if (ti.bytes() == 0) { continue; }
+      seg_of[t] = segs.size();
+      segs.push_back({tensor_key(id, ti.name), h->data_offset + ti.begin, ti.bytes()});
+    }
+  }
+
+  loaded_model<Backend> m;
+  m.path_ = path;
+  m.report_.objects = segs.size();
+  std::vector<std::byte*> base(segs.size(), nullptr);
+  std::vector<key_type> held;  // published or hit objects this call holds
+  int fd = -1;
+  auto rollback = [&](std::vector<key_type> const& filling) {
+    try {
+      if (!filling.empty()) { cache_.abandon(filling); }
+      if (!held.empty()) { cache_.release(held); }
+    } catch (...) {  // already failing: report the first error
+    }
+    if (fd >= 0) { detail::close_file(fd); }
+  };
+
+  std::vector<std::size_t> todo(segs.size());
+  for (std::size_t s = 0; s < segs.size(); ++s) { todo[s] = s; }
+  std::size_t const pb = cache_.page_bytes();
+  while (!todo.empty()) {
+    std::vector<object_request> req;
+    for (std::size_t s : todo) { req.push_back({segs[s].key, segs[s].bytes}); }
+    std::vector<object_lease> leases(req.size());
+    try {
+      cache_.acquire(req, leases);
+    } catch (...) {
+      rollback({});
+      throw;
+    }
+    std::vector<std::size_t> pending;
+    std::vector<key_type> filling;
+    std::vector<detail::fill_piece> pieces;
+    bool refused = false;
+    for (std::size_t e = 0; e < todo.size(); ++e) {
+      std::size_t const s = todo[e];
+      auto const& l = leases[e];
+      switch (l.status) {
+        case object_status::hit:
+          held.push_back(segs[s].key);
+          base[s] = l.data;
+          ++m.report_.hits;
+          break;
+        case object_status::fill: {
+          filling.push_back(segs[s].key);
+          base[s] = l.data;
+          ++m.report_.fills;
+          // Runs of consecutive missing pages become one read each.
+          std::size_t i = 0;
+          while (i < l.fill_pages.size()) {
+            std::size_t j = i + 1;
+            while (j < l.fill_pages.size() && l.fill_pages[j] == l.fill_pages[j - 1] + 1) { ++j; }
+            std::size_t const from = std::size_t{l.fill_pages[i]} * pb;
+            std::size_t const to = std::min(std::size_t{l.fill_pages[j - 1] + 1} * pb, segs[s].bytes);
+            pieces.push_back({l.data + from, segs[s].offset + from, to - from});
+            m.report_.pages_filled += j - i;
+            m.report_.bytes_read += to - from;
+            i = j;
+          }
+          break;
+        }
+        case object_status::pending: pending.push_back(s); break;
+        case object_status::no_space: refused = true; break;
+      }
+    }
+    if (refused) {
+      rollback(filling);
+      std::size_t total = 0;
+      for (auto const& sg : segs) { total += cache_.pages_for(sg.bytes) * pb; }
+      throw error(error_code::out_of_memory,
+                  path + ": no space for the model (" + std::to_string(total) +
+                      " bytes in pages; budget " + std::to_string(cache_.budget_bytes()) +
+                      " bytes): the rest is pinned by other holders");
+    }
+    if (!pieces.empty()) {
+      try {
+        if (fd < 0) { fd = detail::open_for_read(path); }
+        detail::file_filler<Backend>::fill(fd, path, pieces, options_);
+        if (!(identify_file(path) == id)) {
+          throw error(error_code::invalid_argument,
+                      path + ": the file changed while it was read; nothing was cached");
+        }
+      } catch (...) {
+        rollback(filling);
+        throw;
+      }
+    }
+    if (!filling.empty()) {
+      cache_.publish(filling);
+      held.insert(held.end(), filling.begin(), filling.end());
+    }
+    if (!pending.empty()) {
+      std::vector<key_type> pk;
+      for (std::size_t s : pending) { pk.push_back(segs[s].key); }
+      ++m.report_.waits;
+      if (!cache_.wait_ready(pk, options_.wait)) {
+        rollback({});
+        throw error(error_code::invalid_argument,
+                    path + ": another caller's fill of this model did not finish within " +
+                        std::to_string(options_.wait.count()) + " ms");
+      }
+    }
+    todo = std::move(pending);
+  }
+  if (fd >= 0) { detail::close_file(fd); }
+
+  for (std::size_t t = 0; t < h->tensors.size(); ++t) {
+    auto const& ti = h->tensors[t];
+    model_tensor mt{ti.name, ti.dtype, ti.shape, nullptr, static_cast<std::size_t>(ti.bytes())};
+    if (seg_of[t] != SIZE_MAX) {
+      std::size_t const s = seg_of[t];
+      mt.data = base[s] + (options_.layout == model_layout::packed ? ti.begin : 0);
+    }
+    m.tensors_.push_back(std::move(mt));
+  }
+  m.keys_ = std::move(held);
+  m.cache_ = &cache_;
+  m.report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+}  // namespace ccht
