@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <ccht/cache/safetensors.hpp>
+
 #include <fstream>
 #include <map>
 #include <set>
@@ -777,6 +779,109 @@ TEST(Cli, CompareOnATrace) {
     check_row(j);
     EXPECT_EQ(j["trace"], "small.trace");
   }
+}
+
+}  // namespace
+
+// ---- ccht weights ------------------------------------------------------------------------------
+
+#ifndef CCHT_ST_FIXTURES_DIR
+#define CCHT_ST_FIXTURES_DIR ""
+#endif
+
+namespace {
+
+TEST(Cli, WeightsDigestIsWhatPythonWrote) {
+  fs::path const fixtures = CCHT_ST_FIXTURES_DIR;
+  if (fixtures.empty() || !fs::exists(fixtures / "manifest.json")) {
+    GTEST_SKIP() << "no safetensors fixtures (" << fixtures
+                 << "): run tools/dev.sh setup, which installs the safetensors package in .venv";
+  }
+  temp_dir dir;
+  std::ifstream in(fixtures / "manifest.json");
+  json const manifest = json::parse(in);
+  std::vector<std::string> args{"weights", "--budget", "8MiB", "--page-bytes", "64KiB",
+                                "--invocations", "5", "--digest", "--json"};
+  std::map<std::pair<std::string, std::string>, json> expected;
+  for (auto const& f : manifest["files"]) {
+    std::string const path = (fixtures / f["file"].get<std::string>()).string();
+    args.push_back("--file");
+    args.push_back(path);
+    for (auto const& t : f["tensors"]) { expected[{path, t["name"].get<std::string>()}] = t; }
+  }
+  auto const r = run_cli(dir, args);
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1 + expected.size()) << describe(r);
+  auto const& run = lines[0];
+  for (char const* k : {"loads", "hits", "misses", "bytes_loaded", "load_gbps", "warm_load_seconds",
+                        "cold_load_seconds"}) {
+    EXPECT_TRUE(run.contains(k)) << k;
+  }
+  EXPECT_EQ(run["loads"].get<int>(), 5);
+  EXPECT_EQ(run["hits"].get<int>() + run["misses"].get<int>(), 5);
+  EXPECT_EQ(run["verify_failures"].get<int>(), 0);
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    auto const& d = lines[i];
+    auto const it = expected.find({d["file"].get<std::string>(), d["name"].get<std::string>()});
+    ASSERT_NE(it, expected.end()) << d.dump();
+    EXPECT_EQ(d["dtype"], it->second["dtype"]) << d.dump();
+    EXPECT_EQ(d["shape"], it->second["shape"]) << d.dump();
+    EXPECT_EQ(d["bytes"], it->second["bytes"]) << d.dump();
+    EXPECT_EQ(d["crc32"], it->second["crc32"]) << d.dump();  // Python's zlib.crc32
+  }
+}
+
+TEST(Cli, WeightsCountsColdAndWarmLoads) {
+  temp_dir dir;
+  std::vector<std::string> files;
+  std::vector<std::byte> bytes(300000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) { bytes[i] = static_cast<std::byte>(i * 7); }
+  for (int m = 0; m < 3; ++m) {
+    std::string const p = (dir.path() / ("m" + std::to_string(m) + ".safetensors")).string();
+    std::vector<ccht::st_tensor_data> ts = {
+        {"w", ccht::st_dtype::F32, {75000}, bytes},
+        {"b", ccht::st_dtype::U8, {1000}, std::span(bytes).first(1000)}};
+    ccht::write_safetensors(p, ts);
+    files.push_back(p);
+  }
+  // Each model is 5 pages of 64 KiB + 1 page; a budget of 12 pages holds two of the three.
+  std::vector<std::string> args{"weights", "--budget", "768KiB", "--page-bytes", "64KiB",
+                                "--invocations", "30", "--zipf", "0.5", "--json"};
+  for (auto const& f : files) { args.insert(args.end(), {"--file", f}); }
+  auto const r = run_cli(dir, args);
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const j = json_lines(r.out).at(0);
+  EXPECT_EQ(j["loads"].get<int>(), 30);
+  EXPECT_GE(j["misses"].get<int>(), 3);  // every model is cold once
+  EXPECT_GT(j["hits"].get<int>(), 0);
+  EXPECT_LE(j["bytes_resident"].get<std::size_t>(), 768u * 1024);
+  EXPECT_GE(j["bytes_loaded"].get<std::size_t>(), 3u * 301000);
+  EXPECT_EQ(j["verify_failures"].get<int>(), 0);
+}
+
+TEST(Cli, WeightsErrors) {
+  temp_dir dir;
+  std::string const bad = (dir.path() / "bad.safetensors").string();
+  {
+    std::ofstream out(bad, std::ios::binary);
+    out << std::string("\x40\x00\x00\x00\x00\x00\x00\x00", 8) << "{";
+  }
+  auto r = run_cli(dir, {"weights", "--file", bad, "--budget", "1MiB", "--page-bytes", "64KiB"});
+  EXPECT_EQ(r.rc, 1) << describe(r);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << describe(r);
+  r = run_cli(dir, {"weights", "--file", bad, "--budget", "12QB"});
+  EXPECT_EQ(r.rc, 2) << describe(r);
+  EXPECT_NE(r.err.find("--budget"), std::string::npos) << describe(r);
+  r = run_cli(dir, {"weights", "--budget", "1MiB"});
+  EXPECT_EQ(r.rc, 2) << describe(r);
+  std::string const ok = (dir.path() / "ok.safetensors").string();
+  std::vector<std::byte> b(16);
+  std::vector<ccht::st_tensor_data> ts = {{"x", ccht::st_dtype::U8, {16}, b}};
+  ccht::write_safetensors(ok, ts);
+  r = run_cli(dir, {"weights", "--file", ok, "--budget", "100000", "--page-bytes", "64KiB"});
+  EXPECT_EQ(r.rc, 1) << describe(r);  // the budget is not whole pages
+  EXPECT_NE(r.err.find("does not divide"), std::string::npos) << describe(r);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for newcomers and CI.
 #   tools/dev.sh run          install what is missing, build (CPU preset), run the quickstart, the
-#                             prefix KV cache example (examples/kv_prefix_cache, small size) and
+#                             prefix KV cache example (examples/kv_prefix_cache, small size), the
+#                             model cache example (examples/model_cache, small size) and
 #                             `ccht compare` (miss ratios and throughput of every policy, with plots)
 #   tools/dev.sh quickstart   the same build, then only the quickstart
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
@@ -92,9 +93,15 @@ kv_example() {
   ./build/cpu/tools/ccht_kv_prefix_cache --pages 1000 --requests 500
 }
 
+model_example() {
+  say "model cache example: safetensors models through ccht::weight_cache (examples/model_cache)"
+  ./build/cpu/tools/ccht_model_cache --models 4 --model-mib 4 --budget-mib 10 --invocations 60
+}
+
 main_job() {
   quickstart
   kv_example
+  model_example
   say "ccht compare: every policy on the default synthetic workloads"
   ./build/cpu/tools/ccht compare
 }

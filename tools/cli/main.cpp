@@ -173,6 +173,38 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   kv->add_flag("--json", kvo.json, "One JSON line per (pages, policy) on stdout instead of Markdown");
 
+  // weights
+  auto* wt = app.add_subcommand(
+      "weights", "Load safetensors models through ccht::weight_cache as a function runtime does: "
+                 "invocations drawn from a Zipf popularity, cold and warm load times, hit ratio, "
+                 "every load checked against the file");
+  sim::weights_options wo;
+  std::string wt_layout = "per-tensor", wt_huge = "auto", wt_budget, wt_page = "2MiB";
+  bool wt_no_verify = false, wt_json = false;
+  wt->add_option("--file", wo.files, "A safetensors file (repeat for several models)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  wt->add_option("--budget", wt_budget, "Cache bytes (suffixes K, M, G, KiB, MiB, GiB), a multiple "
+                                        "of --page-bytes")->required();
+  wt->add_option("--page-bytes", wt_page, "Bytes per page (a multiple of 4 KiB; of 2 MiB for huge "
+                                          "pages)")->capture_default_str();
+  wt->add_option("--invocations", wo.invocations, "Loads")->capture_default_str();
+  wt->add_option("--zipf", wo.zipf, "Popularity exponent: model i has weight 1 / (i + 1)^S")
+      ->capture_default_str();
+  wt->add_option("--seed", wo.seed, "Seed of the popularity draws")->capture_default_str();
+  wt->add_option("--layout", wt_layout, "per-tensor (an object per tensor) or packed (one per file)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"per-tensor", "packed"}));
+  wt->add_option("--io-threads", wo.io_threads, "Threads reading a fill (and of the memcpy peer)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  wt->add_option("--huge-pages", wt_huge, "Hugetlb pages for the pool: auto, on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  wt->add_flag("--no-verify", wt_no_verify, "Do not compare loads with the files");
+  wt->add_flag("--digest", wo.digest, "Also one JSON line per tensor: its CRC-32 from the cache's memory");
+  wt->add_flag("--json", wt_json, "JSON Lines on stdout instead of Markdown");
+
   // compare
   auto* compare = app.add_subcommand("compare", "Miss ratios and throughput of every policy on the "
                                                 "default workloads (or --trace), with plots");
@@ -229,7 +261,7 @@ int main(int argc, char** argv) {
       }
       if (!known) {
         msg = "unknown subcommand '" + word +
-              "' (expected replay, workload, bench, kv-replay, compare or paper)";
+              "' (expected replay, workload, bench, kv-replay, weights, compare or paper)";
       }
     }
     std::fprintf(stderr, "ccht: error: %s (see --help)\n", msg.c_str());
@@ -262,6 +294,15 @@ int main(int argc, char** argv) {
     if (*kv) {
       kvo.policies = split(kv_policies);
       return cli::cmd_kv_replay(kvo);
+    }
+    if (*wt) {
+      wo.budget = cli::parse_bytes(wt_budget, "--budget");
+      wo.page_bytes = cli::parse_bytes(wt_page, "--page-bytes");
+      wo.layout = wt_layout == "packed" ? model_layout::packed : model_layout::per_tensor;
+      wo.huge = wt_huge == "on" ? huge_pages::on : wt_huge == "off" ? huge_pages::off
+                                                                   : huge_pages::automatic;
+      wo.verify = !wt_no_verify;
+      return cli::cmd_weights(wo, wt_json);
     }
     if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {

@@ -1,0 +1,143 @@
+// The function runtime of `ccht weights` and examples/model_cache (model_runtime.hpp).
+#include "model_runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+namespace ccht::sim {
+namespace {
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) { return 0; }
+  std::sort(v.begin(), v.end());
+  std::size_t const n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::vector<std::byte> read_all(std::string const& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) { throw error(error_code::invalid_argument, path + ": cannot open"); }
+  std::vector<std::byte> v(static_cast<std::size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size()));
+  return v;
+}
+
+/// GB/s of a memcpy of @p bytes split over @p threads, into a destination touched beforehand
+/// (the median of three).
+double memcpy_gbps(std::size_t bytes, int threads) {
+  if (bytes == 0) { return 0; }
+  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes, std::byte{0});
+  std::vector<double> runs;
+  for (int r = 0; r < 3; ++r) {
+    auto const t0 = std::chrono::steady_clock::now();
+    std::size_t const per = (bytes + threads - 1) / threads;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      std::size_t const from = std::min(bytes, per * t), len = std::min(per, bytes - from);
+      pool.emplace_back([&, from, len] { std::memcpy(dst.data() + from, src.data() + from, len); });
+    }
+    for (auto& th : pool) { th.join(); }
+    runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return static_cast<double>(bytes) / median_of(runs) / 1e9;
+}
+
+}  // namespace
+
+void write_synthetic_model(std::string const& path, std::size_t bytes, int tensors,
+                           std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<std::byte>> data;
+  std::vector<st_tensor_data> ts;
+  int const big = std::max(1, tensors - tensors / 4);  // a quarter are small (biases, norms)
+  std::size_t const per = std::max<std::size_t>(64, bytes / static_cast<std::size_t>(big));
+  for (int t = 0; t < tensors; ++t) {
+    bool const small = t >= big;
+    st_dtype const dt = small ? st_dtype::F32 : (t % 5 == 4 ? st_dtype::F16 : (t % 7 == 6 ? st_dtype::I64 : st_dtype::F32));
+    std::uint64_t const eb = dtype_bytes(dt);
+    std::uint64_t const cols = small ? 256 + rng() % 512 : 1024;
+    std::uint64_t const rows = small ? 1 : std::max<std::uint64_t>(1, per / (cols * eb));
+    data.emplace_back(rows * cols * eb);
+    auto& d = data.back();
+    for (std::size_t i = 0; i < d.size(); i += 8) {
+      std::uint64_t const x = rng();
+      std::memcpy(d.data() + i, &x, std::min<std::size_t>(8, d.size() - i));
+    }
+    std::string const name = small ? "layers." + std::to_string(t) + ".norm.bias"
+                                   : "layers." + std::to_string(t) + ".weight";
+    ts.push_back({name, dt, small ? std::vector<std::uint64_t>{cols} : std::vector<std::uint64_t>{rows, cols}, d});
+  }
+  write_safetensors(path, ts, {{"generator", "ccht model_runtime"}});
+}
+
+weights_result run_weights(weights_options const& o) {
+  if (o.files.empty()) { throw error(error_code::invalid_argument, "no model files given"); }
+  // Each file once: validated, in the OS page cache (cold loads read from memory, as the goal
+  // defines them), and kept as the reference for verification.
+  std::vector<std::vector<std::byte>> contents;
+  std::vector<st_header> headers;
+  weights_result r;
+  for (auto const& f : o.files) {
+    headers.push_back(read_safetensors(f));
+    contents.push_back(read_all(f));
+    r.model_bytes_max = std::max<std::size_t>(r.model_bytes_max, headers.back().data_bytes);
+  }
+  weight_cache<cpu_backend> cache(o.budget, o.page_bytes, {.huge = o.huge});
+  model_loader<cpu_backend> loader(cache, {.layout = o.layout, .io_threads = o.io_threads});
+
+  std::vector<double> weights;
+  for (std::size_t i = 0; i < o.files.size(); ++i) { weights.push_back(1.0 / std::pow(double(i + 1), o.zipf)); }
+  std::discrete_distribution<std::size_t> pick(weights.begin(), weights.end());
+  std::mt19937_64 rng(o.seed);
+  std::vector<double> cold, warm;
+  auto check = [&](loaded_model<cpu_backend> const& m, std::size_t f) {
+    for (auto const& t : headers[f].tensors) {
+      model_tensor const* mt = m.find(t.name);
+      if (mt == nullptr || mt->bytes != t.bytes() ||
+          (t.bytes() != 0 && std::memcmp(mt->data, contents[f].data() + headers[f].data_offset + t.begin, t.bytes()) != 0)) {
+        ++r.verify_failures;
+      }
+    }
+  };
+  for (std::size_t i = 0; i < o.invocations; ++i) {
+    std::size_t const f = pick(rng);
+    auto m = loader.load(o.files[f]);
+    auto const& rep = m.report();
+    ++r.loads;
+    if (rep.warm()) {
+      ++r.hits;
+      warm.push_back(rep.seconds);
+      r.warm_seconds += rep.seconds;
+    } else {
+      ++r.misses;
+      cold.push_back(rep.seconds);
+      r.cold_seconds += rep.seconds;
+      r.bytes_loaded += rep.bytes_read;
+    }
+    if (o.verify) { check(m, f); }
+  }
+  r.cold_median = median_of(cold);
+  r.warm_median = median_of(warm);
+  r.load_gbps = r.cold_seconds > 0 ? static_cast<double>(r.bytes_loaded) / r.cold_seconds / 1e9 : 0;
+  r.memcpy_gbps = memcpy_gbps(r.model_bytes_max, std::max(1, o.io_threads));
+  if (o.digest) {
+    for (std::size_t f = 0; f < o.files.size(); ++f) {
+      auto m = loader.load(o.files[f]);
+      for (auto const& t : m.tensors()) {
+        auto const bytes = std::span<std::byte const>(t.data, t.bytes);
+        r.digest.push_back({o.files[f], t.name, to_string(t.dtype), t.shape, t.bytes,
+                            t.bytes ? crc32(bytes) : crc32({})});
+      }
+    }
+  }
+  r.stats = cache.stats();
+  return r;
+}
+
+}  // namespace ccht::sim
