@@ -12,12 +12,56 @@
 namespace ccht::detail {
 namespace {
 
+// The driver API through the runtime's entry points, not by linking libcuda: binaries of the
+// CUDA build must start on machines without a GPU driver (CI), where libcuda.so.1 is absent.
+struct driver_api {
+  decltype(&::cuGetErrorName) get_error_name = nullptr;
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+};
+
+template <class F>
+void resolve(F& f, char const* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  check_cuda(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q), name);
+  if (p == nullptr || q != cudaDriverEntryPointSuccess) {
+    throw error(error_code::cuda_failure, std::string("the CUDA driver has no ") + name);
+  }
+  f = reinterpret_cast<F>(p);
+}
+
+driver_api const& drv() {
+  static driver_api const api = [] {
+    driver_api a;
+    resolve(a.get_error_name, "cuGetErrorName");
+    resolve(a.get_error_string, "cuGetErrorString");
+    resolve(a.granularity, "cuMemGetAllocationGranularity");
+    resolve(a.create, "cuMemCreate");
+    resolve(a.release, "cuMemRelease");
+    resolve(a.address_reserve, "cuMemAddressReserve");
+    resolve(a.address_free, "cuMemAddressFree");
+    resolve(a.map, "cuMemMap");
+    resolve(a.unmap, "cuMemUnmap");
+    resolve(a.set_access, "cuMemSetAccess");
+    return a;
+  }();
+  return api;
+}
+
 void check_cu(CUresult r, char const* what, std::size_t bytes) {
   if (r == CUDA_SUCCESS) { return; }
   char const* name = nullptr;
   char const* text = nullptr;
-  cuGetErrorName(r, &name);
-  cuGetErrorString(r, &text);
+  drv().get_error_name(r, &name);
+  drv().get_error_string(r, &text);
   throw error(r == CUDA_ERROR_OUT_OF_MEMORY ? error_code::out_of_memory : error_code::cuda_failure,
               std::string("mappable page pool: ") + what + " of " + std::to_string(bytes) +
                   " bytes failed (" + (name ? name : "?") + ": " + (text ? text : "?") + ")");
@@ -36,7 +80,7 @@ void set_access(int device, std::byte* at, std::size_t len) {
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check_cu(cuMemSetAccess(reinterpret_cast<CUdeviceptr>(at), len, &access, 1), "cuMemSetAccess",
+  check_cu(drv().set_access(reinterpret_cast<CUdeviceptr>(at), len, &access, 1), "cuMemSetAccess",
            len);
 }
 
@@ -48,7 +92,7 @@ std::byte* vm<cuda_backend>::create(state& s, std::size_t bytes, std::size_t pag
   check_cuda(cudaGetDevice(&s.device), "cudaGetDevice");
   CUmemAllocationProp const prop = prop_for(s.device);
   std::size_t gran = 0;
-  check_cu(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+  check_cu(drv().granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
            "cuMemGetAllocationGranularity", page_bytes);
   if (gran == 0 || page_bytes % gran != 0) {
     throw error(error_code::invalid_size,
@@ -63,7 +107,7 @@ std::byte* vm<cuda_backend>::create(state& s, std::size_t bytes, std::size_t pag
     s.handles.reserve(pages);
     for (std::size_t i = 0; i < pages; ++i) {
       CUmemGenericAllocationHandle h{};
-      check_cu(cuMemCreate(&h, page_bytes, &prop, 0), "cuMemCreate", page_bytes);
+      check_cu(drv().create(&h, page_bytes, &prop, 0), "cuMemCreate", page_bytes);
       s.handles.push_back(h);
     }
     map(s, data, page_bytes, 0, pages);
@@ -78,24 +122,24 @@ void vm<cuda_backend>::destroy(state& s, std::byte* data, std::size_t bytes) noe
   if (data != nullptr) {
     std::size_t const page_bytes = s.handles.empty() ? bytes : bytes / s.handles.size();
     for (std::size_t i = 0; i < s.handles.size(); ++i) {
-      cuMemUnmap(reinterpret_cast<CUdeviceptr>(data + i * page_bytes), page_bytes);
+      drv().unmap(reinterpret_cast<CUdeviceptr>(data + i * page_bytes), page_bytes);
     }
-    cuMemAddressFree(reinterpret_cast<CUdeviceptr>(data), bytes);
+    drv().address_free(reinterpret_cast<CUdeviceptr>(data), bytes);
   }
-  for (auto h : s.handles) { cuMemRelease(h); }
+  for (auto h : s.handles) { drv().release(h); }
   s.handles.clear();
 }
 
 std::byte* vm<cuda_backend>::reserve(state const& s, std::size_t bytes) {
   CUdeviceptr p = 0;
-  check_cu(cuMemAddressReserve(&p, bytes, s.align, 0, 0), "cuMemAddressReserve", bytes);
+  check_cu(drv().address_reserve(&p, bytes, s.align, 0, 0), "cuMemAddressReserve", bytes);
   return reinterpret_cast<std::byte*>(p);
 }
 
 void vm<cuda_backend>::map(state const& s, std::byte* at, std::size_t page_bytes,
                            std::uint32_t first, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
-    check_cu(cuMemMap(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes, 0,
+    check_cu(drv().map(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes, 0,
                       s.handles.at(first + i), 0),
              "cuMemMap", page_bytes);
   }
@@ -105,13 +149,13 @@ void vm<cuda_backend>::map(state const& s, std::byte* at, std::size_t page_bytes
 void vm<cuda_backend>::unmap(state const&, std::byte* at, std::size_t page_bytes,
                              std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
-    check_cu(cuMemUnmap(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes),
+    check_cu(drv().unmap(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes),
              "cuMemUnmap", page_bytes);
   }
 }
 
 void vm<cuda_backend>::free(state const&, std::byte* at, std::size_t bytes) noexcept {
-  if (at != nullptr) { cuMemAddressFree(reinterpret_cast<CUdeviceptr>(at), bytes); }
+  if (at != nullptr) { drv().address_free(reinterpret_cast<CUdeviceptr>(at), bytes); }
 }
 
 }  // namespace ccht::detail
