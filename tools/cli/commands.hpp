@@ -68,10 +68,6 @@ nlohmann::json to_json(sim::kv_replay_result const& r, std::string const& trace,
 /// LRU. Returns 1 when a page check or an invariant failed.
 int cmd_kv_replay(kv_replay_options opt);
 
-/// Bytes of a size argument: digits with an optional K, M, G (powers of 1000) or KiB, MiB, GiB
-/// suffix. Throws std::invalid_argument naming @p flag otherwise.
-std::size_t parse_bytes(std::string const& text, char const* flag);
-
 /// `ccht weights`: one JSON line (or a Markdown table) of the run, and with --digest one line per
 /// tensor. Returns 1 when a load differed from its file.
 int cmd_weights(sim::weights_options const& o, bool json);

@@ -296,8 +296,8 @@ int main(int argc, char** argv) {
       return cli::cmd_kv_replay(kvo);
     }
     if (*wt) {
-      wo.budget = cli::parse_bytes(wt_budget, "--budget");
-      wo.page_bytes = cli::parse_bytes(wt_page, "--page-bytes");
+      wo.budget = sim::parse_bytes(wt_budget, "--budget");
+      wo.page_bytes = sim::parse_bytes(wt_page, "--page-bytes");
       wo.layout = wt_layout == "packed" ? model_layout::packed : model_layout::per_tensor;
       wo.huge = wt_huge == "on" ? huge_pages::on : wt_huge == "off" ? huge_pages::off
                                                                    : huge_pages::automatic;

@@ -1,7 +1,13 @@
 // The function runtime of `ccht weights` and examples/model_cache (model_runtime.hpp).
 #include "model_runtime.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -138,6 +144,68 @@ weights_result run_weights(weights_options const& o) {
   }
   r.stats = cache.stats();
   return r;
+}
+
+std::vector<std::string> weights_json_lines(weights_options const& o, weights_result const& r) {
+  double const cold_mean = r.misses ? r.cold_seconds / static_cast<double>(r.misses) : 0;
+  double const warm_mean = r.hits ? r.warm_seconds / static_cast<double>(r.hits) : 0;
+  nlohmann::json const j = {
+      {"loads", r.loads},
+      {"hits", r.hits},
+      {"misses", r.misses},
+      {"hit_ratio", r.loads ? static_cast<double>(r.hits) / static_cast<double>(r.loads) : 0.0},
+      {"bytes_loaded", r.bytes_loaded},
+      {"load_gbps", r.load_gbps},
+      {"memcpy_gbps", r.memcpy_gbps},
+      {"load_fraction_of_memcpy", r.memcpy_gbps > 0 ? r.load_gbps / r.memcpy_gbps : 0.0},
+      {"cold_load_seconds", cold_mean},
+      {"warm_load_seconds", warm_mean},
+      {"cold_load_seconds_median", r.cold_median},
+      {"warm_load_seconds_median", r.warm_median},
+      {"warm_speedup_median", r.warm_median > 0 ? r.cold_median / r.warm_median : 0.0},
+      {"budget_bytes", r.stats.budget_bytes},
+      {"page_bytes", r.stats.page_bytes},
+      {"huge_pages", r.stats.huge_pages},
+      {"layout", o.layout == model_layout::packed ? "packed" : "per-tensor"},
+      {"io_threads", o.io_threads},
+      {"bytes_resident", r.stats.bytes_resident},
+      {"pages_evicted", r.stats.pages_evicted},
+      {"pages_filled", r.stats.pages_filled},
+      {"pages_kept", r.stats.pages_kept},
+      {"verified", o.verify},
+      {"verify_failures", r.verify_failures},
+      {"files", o.files},
+  };
+  auto const dump = [](nlohmann::json const& v) {
+    return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  std::vector<std::string> lines{dump(j)};
+  for (auto const& d : r.digest) {
+    lines.push_back(dump({{"file", d.file}, {"name", d.name}, {"dtype", d.dtype},
+                          {"shape", d.shape}, {"bytes", d.bytes}, {"crc32", d.crc32}}));
+  }
+  return lines;
+}
+
+std::size_t parse_bytes(std::string const& text, char const* flag) {
+  std::size_t v = 0;
+  char const* b = text.data();
+  char const* e = text.data() + text.size();
+  auto const [ptr, ec] = std::from_chars(b, e, v);
+  std::string const suffix(ptr, e);
+  std::size_t mul = 0;
+  if (suffix.empty() || suffix == "B") { mul = 1; }
+  else if (suffix == "K") { mul = 1000; }
+  else if (suffix == "M") { mul = 1000 * 1000; }
+  else if (suffix == "G") { mul = 1000 * 1000 * 1000; }
+  else if (suffix == "KiB") { mul = std::size_t{1} << 10; }
+  else if (suffix == "MiB") { mul = std::size_t{1} << 20; }
+  else if (suffix == "GiB") { mul = std::size_t{1} << 30; }
+  if (ec != std::errc() || ptr == b || mul == 0 || v == 0 || v > SIZE_MAX / mul) {
+    throw std::invalid_argument(std::string(flag) + ": expected a positive size such as 268435456, "
+                                "256MiB or 2M, got '" + text + "'");
+  }
+  return v * mul;
 }
 
 }  // namespace ccht::sim

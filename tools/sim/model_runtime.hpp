@@ -61,4 +61,12 @@ struct weights_result {
 /// Runs the invocations. @throws ccht::error for a bad file or cache geometry
 weights_result run_weights(weights_options const& o);
 
+/// The JSON Lines of `ccht weights --json` (and `python -m ccht weights`): the run's summary
+/// object, then one object per digest row. One function, so both print the same lines.
+std::vector<std::string> weights_json_lines(weights_options const& o, weights_result const& r);
+
+/// Bytes of a size argument: digits with an optional K, M, G (powers of 1000) or KiB, MiB, GiB
+/// suffix. Throws std::invalid_argument naming @p flag otherwise.
+std::size_t parse_bytes(std::string const& text, char const* flag);
+
 }  // namespace ccht::sim
