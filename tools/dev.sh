@@ -7,9 +7,11 @@
 #   tools/dev.sh quickstart   the same build, then only the quickstart
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
 #                             CPU tests, the ThreadSanitizer build, the CUDA build (compiled for
-#                             sm_90; its GPU tests skip visibly without a GPU), and the installed
-#                             package's example consumer
-#   tools/dev.sh setup        only install what is missing (Debian/Ubuntu packages)
+#                             sm_90; its GPU tests skip visibly without a GPU), the Python
+#                             package (pip install . into .venv, then pytest tests/python), and
+#                             the installed C++ package's example consumer
+#   tools/dev.sh python       only the Python package: pip install . into .venv, then its tests
+#   tools/dev.sh setup        only install what is missing (Debian packages, and .venv from PyPI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -36,13 +38,15 @@ setup() {
     python3 -m pip install -q matplotlib 2>/dev/null ||
       echo "warning: no matplotlib for python3; ccht compare will write data without plots" >&2
   fi
-  # The project's own virtual environment (never the system Python): the safetensors package
-  # writes the weight cache's test fixtures.
-  if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import safetensors, numpy' 2>/dev/null; then
-    say "creating .venv (safetensors, numpy, pytest from PyPI)"
-    python3 -m venv .venv
+  # The project's own virtual environment (never the system Python): nanobind and
+  # scikit-build-core build the Python package, pytest tests it, and the safetensors package
+  # writes the weight cache's test files.
+  if [ ! -x .venv/bin/python ] ||
+     ! .venv/bin/python -c 'import safetensors, numpy, pytest, nanobind, scikit_build_core' 2>/dev/null; then
+    say "creating .venv (nanobind, scikit-build-core, numpy, safetensors, pytest from PyPI)"
+    [ -x .venv/bin/python ] || python3 -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q safetensors numpy pytest
+    .venv/bin/python -m pip install -q nanobind scikit-build-core numpy safetensors pytest
   fi
   # The core needs libcu++ (cuda::atomic_ref) from the CUDA toolkit's CCCL, even on the CPU.
   if [ -z "${CUDAToolkit_ROOT:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
@@ -106,6 +110,31 @@ main_job() {
   ./build/cpu/tools/ccht compare
 }
 
+# Builds and installs the Python package into .venv the way a user does (pip install .), then
+# runs its tests against the installed copy, beside the C++ CLI they compare with.
+python_tests() {
+  .venv/bin/python -m pip install -q --no-build-isolation .
+  .venv/bin/python -c 'import ccht' || { echo "error: the installed ccht package does not import" >&2; return 1; }
+  local log rc
+  log=$(mktemp)
+  set +e
+  (cd tests/python && CCHT_CLI="$PWD/../../build/cpu/tools/ccht" ../../.venv/bin/python -m pytest -rs -q \
+     -p no:cacheprovider .) 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  local p f s
+  local summary
+  summary=$(grep -E '^=*ERROR|[0-9]+ (passed|failed|skipped)' "$log" | tail -1)
+  p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || true)
+  f=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || true)
+  s=$(grep -oE '[0-9]+ skipped' <<<"$summary" | grep -oE '[0-9]+' || true)
+  rm -f "$log"
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+  skipped=$((skipped + ${s:-0}))
+  return "$rc"
+}
+
 run_tests() {
   setup
   say "CPU backend: build and test (preset cpu)"
@@ -120,9 +149,19 @@ run_tests() {
     say "CUDA backend: compile for sm_90 and run the GPU tests (preset cuda)"
     build cuda
     run_ctest --preset cuda -L cuda
+    if [ -d build/cuda/bindings/python/ccht ]; then
+      say "Python module of the CUDA build (build tree): import, then its CUDA tests (skip without a GPU)"
+      PYTHONPATH="$PWD/build/cuda/bindings/python" .venv/bin/python -c \
+        'import ccht; assert ccht.has_cuda, "the cuda preset built a module without CUDA"; print("ccht.has_cuda:", ccht.has_cuda, " cuda_available:", ccht.cuda_available())'
+      (cd tests/python && PYTHONPATH="$PWD/../../build/cuda/bindings/python" ../../.venv/bin/python -m pytest \
+         -rs -q -p no:cacheprovider test_cuda.py)
+    fi
   else
     say "nvcc not found: CUDA backend not compiled"
   fi
+
+  say "Python package: pip install . into .venv (scikit-build-core), then pytest tests/python"
+  python_tests
 
   say "installed package: build and run examples/consumer against it"
   cmake --install build/cpu --prefix build/install-cpu >/dev/null
@@ -139,5 +178,6 @@ case "${1:-}" in
   run) main_job ;;
   quickstart) quickstart ;;
   test) run_tests ;;
-  *) echo "usage: tools/dev.sh run|quickstart|test|setup" >&2; exit 2 ;;
+  python) setup; python_tests; echo "ccht: $passed passed, $failed failed, $skipped skipped" ;;
+  *) echo "usage: tools/dev.sh run|quickstart|test|python|setup" >&2; exit 2 ;;
 esac

@@ -120,6 +120,8 @@ NB_MODULE(_ccht, m) {
 #endif
   }, "Whether this build has the CUDA backend and a usable GPU is present.");
   m.def("chain_keys", &chain_keys_py, "tokens"_a, "page_tokens"_a, "parent"_a = ccht::chain_root,
+        nb::sig("def chain_keys(tokens: numpy.typing.ArrayLike, page_tokens: int, parent: int = chain_root) "
+                "-> numpy.typing.NDArray[numpy.uint64]"),
         "The keys of the full pages of a token sequence (uint32), chained from `parent`: page i's "
         "key depends on every token up to the end of page i (ccht::chain_keys).");
   m.def("parse_bytes", [](std::string const& text, std::string const& flag) {

@@ -8,9 +8,12 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 namespace ccht::py {
 namespace {
@@ -240,6 +243,25 @@ class py_table {
   }
   void reset_access_stats() { t_->reset_access_stats(); }
 
+  /// Seconds of each of @p reps C++ find() calls on @p keys into buffers allocated once: the
+  /// reference the Python call is measured against (bench/python/bench_find.py).
+  std::vector<double> time_find(in_array<key_type> keys, int reps) {
+    if (cuda_ || keys.device_type() != nb::device::cpu::value) {
+      throw nb::value_error("_time_find: cpu tables and host keys only");
+    }
+    std::size_t const n = keys.shape(0);
+    std::vector<value_type> v(n);
+    std::unique_ptr<bool[]> f(new bool[n]);
+    std::vector<double> out;
+    nb::gil_scoped_release unlocked;
+    for (int r = 0; r < reps; ++r) {
+      auto const t0 = std::chrono::steady_clock::now();
+      t_->find(keys.data(), n, v.data(), n, f.get(), n);
+      out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return out;
+  }
+
  private:
   template <class B>
   std::tuple<nb::object, nb::object> insert_on(in_array<key_type> const& keys,
@@ -335,16 +357,24 @@ void bind_table(nb::module_& m) {
            "cht-lru or cht-random. `capacity` (double-lru, coarse-lru): most entries held, below "
            "the slots (0: the slots).")
       .def("insert", &py_table::insert, "keys"_a, "values"_a,
+           nb::sig("def insert(self, keys: numpy.typing.ArrayLike, values: numpy.typing.ArrayLike) -> "
+                   "tuple[numpy.typing.NDArray[numpy.uint64], numpy.typing.NDArray[numpy.uint64]]"),
            "Upserts every pair; returns the evicted (keys, values).")
       .def("find", &py_table::find, "keys"_a,
+           nb::sig("def find(self, keys: numpy.typing.ArrayLike) -> "
+                   "tuple[numpy.typing.NDArray[numpy.uint64], numpy.typing.NDArray[numpy.bool_]]"),
            "Looks every key up (a hit promotes it); returns (values, found). values[i] is "
            "meaningful where found[i].")
       .def("find_into", &py_table::find_into, "keys"_a, "values"_a, "found"_a,
            "find() into preallocated host arrays (cpu tables): no allocation per call.")
       .def("contains", &py_table::contains, "keys"_a,
+           nb::sig("def contains(self, keys: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]"),
            "Whether each key is present, without promoting it.")
-      .def("erase", &py_table::erase, "keys"_a, "Erases every key; returns how many were present.")
-      .def("items", &py_table::items, "Every entry as (keys, values).")
+      .def("erase", &py_table::erase, "keys"_a,
+           nb::sig("def erase(self, keys: numpy.typing.ArrayLike) -> int"), "Erases every key; returns how many were present.")
+      .def("items", &py_table::items,
+           nb::sig("def items(self) -> tuple[numpy.typing.NDArray[numpy.uint64], numpy.typing.NDArray[numpy.uint64]]"),
+           "Every entry as (keys, values).")
       .def("clear", &py_table::clear, "Removes every entry (not reported as evicted).")
       .def("__len__", &py_table::size, "Number of entries (a snapshot under concurrency).")
       .def_prop_ro("capacity", &py_table::capacity, "Most entries held.")
@@ -353,7 +383,9 @@ void bind_table(nb::module_& m) {
       .def_prop_ro("backend", &py_table::backend, "'cpu' or 'cuda'.")
       .def("access_stats", &py_table::access_stats,
            "Buckets and bytes touched by bulk calls (count_accesses=True).")
-      .def("reset_access_stats", &py_table::reset_access_stats, "Zeroes the access counters.");
+      .def("reset_access_stats", &py_table::reset_access_stats, "Zeroes the access counters.")
+      .def("_time_find", &py_table::time_find, "keys"_a, "reps"_a,
+           "Benchmark helper: seconds of each C++ find() of `keys` (outputs allocated once).");
 }
 
 }  // namespace ccht::py
