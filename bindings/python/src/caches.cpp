@@ -322,31 +322,13 @@ class py_page_cache {
   }
 
   py_page_lease acquire(in_array<key_type> keys) {
-    auto k = host_keys(keys, "PageCache.acquire");
-    page_batch_result r;
-    {
-      nb::gil_scoped_release unlocked;
-      r = c_->acquire(k);
-    }
-    return py_page_lease(c_, std::move(k), std::move(r), cuda_, device_id_);
+    return leased(keys, "PageCache.acquire", &page_cache_base::acquire);
   }
   py_page_lease lookup(in_array<key_type> keys) {
-    auto k = host_keys(keys, "PageCache.lookup");
-    page_batch_result r;
-    {
-      nb::gil_scoped_release unlocked;
-      r = c_->lookup(k);
-    }
-    return py_page_lease(c_, std::move(k), std::move(r), cuda_, device_id_);
+    return leased(keys, "PageCache.lookup", &page_cache_base::lookup);
   }
   py_page_lease match_prefix(in_array<key_type> keys) {
-    auto k = host_keys(keys, "PageCache.match_prefix");
-    page_batch_result r;
-    {
-      nb::gil_scoped_release unlocked;
-      r = c_->match_prefix(k);
-    }
-    return py_page_lease(c_, std::move(k), std::move(r), cuda_, device_id_);
+    return leased(keys, "PageCache.match_prefix", &page_cache_base::match_prefix);
   }
   std::size_t erase(in_array<key_type> keys) {
     auto k = host_keys(keys, "PageCache.erase");
@@ -373,6 +355,18 @@ class py_page_cache {
   char const* backend() const { return cuda_ ? "cuda" : "cpu"; }
 
  private:
+  /// One pinning batch call (acquire, lookup, match_prefix) without the GIL, as a lease.
+  py_page_lease leased(in_array<key_type> const& keys, char const* what,
+                       page_batch_result (page_cache_base::*call)(std::vector<key_type> const&)) {
+    auto k = host_keys(keys, what);
+    page_batch_result r;
+    {
+      nb::gil_scoped_release unlocked;
+      r = ((*c_).*call)(k);
+    }
+    return py_page_lease(c_, std::move(k), std::move(r), cuda_, device_id_);
+  }
+
   bool cuda_ = false;
   int device_id_ = 0;
   std::shared_ptr<page_cache_base> c_;
