@@ -1,0 +1,755 @@
+// ccht::redis_tier (cache/redis_tier.hpp) over hiredis's blocking API: URL parsing, hash-slot
+// sharding, pipelined batches under one time budget, backoff, and the write-back thread.
+#include <ccht/cache/redis_tier.hpp>
+#include <ccht/error.hpp>
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace ccht {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+constexpr std::size_t num_slots = 16384;
+
+[[noreturn]] void bad_url(std::string const& why) {
+  throw error(error_code::invalid_argument, "redis URL: " + why);
+}
+
+int parse_int(std::string_view s, char const* what, int lo, int hi) {
+  int v = 0;
+  auto const [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty() || v < lo || v > hi) {
+    bad_url(std::string(what) + " '" + std::string(s) + "' is not a number in [" +
+            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      int v = 0;
+      auto const [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (ec == std::errc() && p == s.data() + i + 3) {
+        out.push_back(static_cast<char>(v));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+timeval to_timeval(milliseconds ms) {
+  if (ms.count() < 1) { ms = milliseconds(1); }
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string where(redis_endpoint const& e) {
+  return e.socket.empty() ? e.host + ":" + std::to_string(e.port) : "unix:" + e.socket;
+}
+
+struct reply_ptr {
+  redisReply* r = nullptr;
+  ~reply_ptr() { if (r != nullptr) { freeReplyObject(r); } }
+};
+
+/// One server and its connection.
+struct server {
+  redis_endpoint ep;
+  redisContext* ctx = nullptr;
+  clock_type::time_point retry_at{};
+  milliseconds backoff{0};
+  void drop() {
+    if (ctx != nullptr) { redisFree(ctx); }
+    ctx = nullptr;
+  }
+};
+
+/// The connections of one thread role (foreground calls or the writer) and the slot map.
+struct conn_set {
+  std::vector<server> servers;
+  std::vector<std::uint16_t> owner = std::vector<std::uint16_t>(num_slots, 0);
+  bool mapped = false;   // owner is final (static split, or a cluster map)
+  bool cluster = false;
+  ~conn_set() { for (auto& s : servers) { s.drop(); } }
+};
+
+/// One queued write-back value: the stored key and header + payload.
+struct queued_value {
+  std::string key;
+  std::string value;
+  std::size_t payload = 0;
+};
+
+}  // namespace
+
+// ---- URLs ---------------------------------------------------------------------------------------
+
+redis_url parse_redis_url(std::string const& url) {
+  redis_url u;
+  std::string_view s = url;
+  std::string_view scheme;
+  if (auto p = s.find("://"); p != std::string_view::npos) {
+    scheme = s.substr(0, p);
+    s.remove_prefix(p + 3);
+  } else {
+    bad_url("'" + redact_redis_url(url) + "' has no scheme (expected redis://, unix://)");
+  }
+  if (scheme == "rediss") {
+    bad_url("TLS (rediss://) needs hiredis built with SSL support (hiredis >= 1.0 with "
+            "hiredis_ssl); this build uses Debian's hiredis 0.14, which has none. Tunnel TLS "
+            "outside the process (stunnel, a service mesh) or use a Unix socket");
+  }
+  if (scheme != "redis" && scheme != "unix") {
+    bad_url("unknown scheme '" + std::string(scheme) + "' (expected redis:// or unix://)");
+  }
+  // userinfo@ (the last '@' before the path: a password may hold '@' only percent-encoded)
+  std::string rest(s);  // "redis://a:1,redis://b:2" lists: one scheme is enough
+  for (std::size_t p; (p = rest.find(",redis://")) != std::string::npos;) { rest.erase(p + 1, 8); }
+  s = rest;
+  std::string_view query;
+  if (auto q = s.find('?'); q != std::string_view::npos) {
+    query = s.substr(q + 1);
+    s = s.substr(0, q);
+  }
+  if (auto at = s.find('@'); at != std::string_view::npos) {
+    std::string_view ui = s.substr(0, at);
+    s.remove_prefix(at + 1);
+    if (auto c = ui.find(':'); c != std::string_view::npos) {
+      u.user = percent_decode(ui.substr(0, c));
+      u.password = percent_decode(ui.substr(c + 1));
+    } else {
+      u.password = percent_decode(ui);  // redis://password@host, as redis-cli reads it
+    }
+  }
+  if (scheme == "unix") {
+    if (s.empty() || s.front() != '/') { bad_url("unix:// needs an absolute socket path"); }
+    u.endpoints.push_back(redis_endpoint{"", 0, std::string(s)});
+  } else {
+    std::string_view hosts = s;
+    if (auto slash = s.find('/'); slash != std::string_view::npos) {
+      hosts = s.substr(0, slash);
+      std::string_view const db = s.substr(slash + 1);
+      if (!db.empty()) { u.db = parse_int(db, "database", 0, 1 << 20); }
+    }
+    if (hosts.empty()) { bad_url("no host"); }
+    while (!hosts.empty()) {
+      auto const comma = hosts.find(',');
+      std::string_view hp = hosts.substr(0, comma);
+      hosts = comma == std::string_view::npos ? std::string_view{} : hosts.substr(comma + 1);
+      if (hp.rfind("redis://", 0) == 0) { hp.remove_prefix(8); }  // "redis://a:1,redis://b:2"
+      redis_endpoint e;
+      if (!hp.empty() && hp.front() == '[') {  // [IPv6]:port
+        auto const close = hp.find(']');
+        if (close == std::string_view::npos) { bad_url("unclosed '[' in a host"); }
+        e.host = std::string(hp.substr(1, close - 1));
+        hp.remove_prefix(close + 1);
+        if (!hp.empty()) {
+          if (hp.front() != ':') { bad_url("junk after ']' in a host"); }
+          e.port = parse_int(hp.substr(1), "port", 1, 65535);
+        }
+      } else if (auto c = hp.rfind(':'); c != std::string_view::npos) {
+        e.host = std::string(hp.substr(0, c));
+        e.port = parse_int(hp.substr(c + 1), "port", 1, 65535);
+      } else {
+        e.host = std::string(hp);
+      }
+      if (e.host.empty()) { bad_url("empty host in the server list"); }
+      u.endpoints.push_back(std::move(e));
+    }
+  }
+  if (!query.empty()) {
+    while (!query.empty()) {
+      auto const amp = query.find('&');
+      std::string_view kv = query.substr(0, amp);
+      query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+      if (kv.rfind("db=", 0) == 0) {
+        u.db = parse_int(kv.substr(3), "database", 0, 1 << 20);
+      } else {
+        bad_url("unknown query parameter '" + std::string(kv.substr(0, kv.find('='))) +
+                "' (only db=N)");
+      }
+    }
+  }
+  if (u.endpoints.size() > 1 && u.db != 0) {
+    bad_url("a server list shards by hash slot and uses database 0 only (Redis Cluster has no "
+            "SELECT); drop /" + std::to_string(u.db));
+  }
+  return u;
+}
+
+std::string redact_redis_url(std::string const& url) {
+  auto const scheme = url.find("://");
+  if (scheme == std::string::npos) { return url; }
+  std::size_t const start = scheme + 3;
+  std::size_t end = url.find_first_of("/?", start);
+  if (url.compare(0, scheme, "unix") == 0) { end = url.find('/', start); }
+  if (end == std::string::npos) { end = url.size(); }
+  auto const at = url.rfind('@', end == url.size() ? std::string::npos : end);
+  if (at == std::string::npos || at < start) { return url; }
+  auto const colon = url.find(':', start);
+  std::string out = url.substr(0, start);
+  if (colon != std::string::npos && colon < at) {
+    out += url.substr(start, colon - start) + ":***";
+  } else {
+    out += "***";
+  }
+  return out + url.substr(at);
+}
+
+std::uint16_t redis_hash_slot(std::string const& key) noexcept {
+  std::string_view k = key;
+  if (auto open = k.find('{'); open != std::string_view::npos) {
+    auto const close = k.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) { k = k.substr(open + 1, close - open - 1); }
+  }
+  std::uint16_t crc = 0;  // CRC16-XMODEM, as Redis Cluster's keyHashSlot
+  for (unsigned char c : k) {
+    crc ^= static_cast<std::uint16_t>(c) << 8;
+    for (int i = 0; i < 8; ++i) {
+      crc = (crc & 0x8000u) ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021u)
+                            : static_cast<std::uint16_t>(crc << 1);
+    }
+  }
+  return static_cast<std::uint16_t>(crc & (num_slots - 1));
+}
+
+// ---- the tier -----------------------------------------------------------------------------------
+
+struct redis_tier::impl {
+  redis_options opt;
+  redis_url url;
+  std::string shown;  // redacted URL
+
+  std::mutex fg_mu;
+  conn_set fg;
+
+  std::mutex q_mu;
+  std::condition_variable q_cv, idle_cv;
+  std::deque<queued_value> queue;
+  std::size_t queue_bytes = 0;
+  bool busy = false, stopping = false;
+  conn_set bg;  // the writer thread's only
+  std::thread writer;
+
+  mutable std::mutex err_mu;
+  std::string last_error;
+
+  std::atomic<std::uint64_t> gets{0}, hits{0}, misses{0}, hit_bytes{0}, puts{0}, put_bytes{0},
+      exists_checks{0}, integrity{0}, errors{0}, timeouts{0}, connects{0}, skipped{0}, queued{0},
+      dropped{0}, round_trips{0}, nanos{0};
+
+  void note_error(std::string const& what) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(err_mu);
+    last_error = what;
+  }
+
+  void init_set(conn_set& cs) const {
+    cs.servers.clear();
+    for (auto const& e : url.endpoints) { cs.servers.push_back(server{e}); }
+    std::size_t const n = cs.servers.size();
+    for (std::size_t s = 0; s < num_slots; ++s) {
+      cs.owner[s] = static_cast<std::uint16_t>(s * n / num_slots);
+    }
+    cs.mapped = false;  // learn_map: CLUSTER SLOTS, or this static split
+    cs.cluster = false;
+  }
+
+  void fail(server& s) {
+    s.drop();
+    s.backoff = s.backoff.count() == 0 ? opt.backoff_min : std::min(opt.backoff_max, s.backoff * 2);
+    s.retry_at = clock_type::now() + s.backoff;
+  }
+
+  /// One command, its reply (null on a connection error, recorded).
+  redisReply* command(server& s, std::vector<std::string> const& args) {
+    std::vector<char const*> argv;
+    std::vector<std::size_t> lens;
+    for (auto const& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    void* r = redisCommandArgv(s.ctx, int(argv.size()), argv.data(), lens.data());
+    round_trips.fetch_add(1, std::memory_order_relaxed);
+    return static_cast<redisReply*>(r);
+  }
+
+  /// Connects @p s. @p strict: a refused AUTH / SELECT throws (construction) instead of backing off.
+  bool connect(server& s, bool strict) {
+    if (s.ctx != nullptr) { return true; }
+    if (clock_type::now() < s.retry_at) { return false; }
+    timeval const tv = to_timeval(opt.connect_timeout);
+    redisContext* c = s.ep.socket.empty() ? redisConnectWithTimeout(s.ep.host.c_str(), s.ep.port, tv)
+                                          : redisConnectUnixWithTimeout(s.ep.socket.c_str(), tv);
+    if (c == nullptr || c->err != 0) {
+      note_error("connect to " + where(s.ep) + ": " + (c ? c->errstr : "out of memory"));
+      if (c != nullptr) { redisFree(c); }
+      fail(s);
+      return false;
+    }
+    redisSetTimeout(c, to_timeval(opt.timeout));
+    s.ctx = c;
+    auto refuse = [&](std::string const& what, redisReply* r) {
+      std::string msg = what + " " + where(s.ep) + " refused";
+      if (r != nullptr && r->type == REDIS_REPLY_ERROR) {
+        msg += ": " + std::string(r->str, r->len);  // the server's words; they never echo a password
+      } else if (r == nullptr) {
+        msg += std::string(": ") + c->errstr;
+      }
+      msg += " (" + shown + ")";
+      if (r != nullptr) { freeReplyObject(r); }
+      fail(s);
+      if (strict) { throw error(error_code::invalid_argument, "redis_tier: " + msg); }
+      note_error(msg);
+      return false;
+    };
+    std::string password = url.password;
+    if (password.empty() && !opt.password_env.empty()) {
+      if (char const* e = std::getenv(opt.password_env.c_str()); e != nullptr) { password = e; }
+    }
+    if (!password.empty()) {
+      std::vector<std::string> args{"AUTH"};
+      if (!url.user.empty()) { args.push_back(url.user); }
+      args.push_back(password);
+      redisReply* r = command(s, args);
+      if (r == nullptr || r->type == REDIS_REPLY_ERROR) { return refuse("AUTH to", r); }
+      freeReplyObject(r);
+    }
+    if (url.db != 0) {
+      redisReply* r = command(s, {"SELECT", std::to_string(url.db)});
+      if (r == nullptr || r->type == REDIS_REPLY_ERROR) { return refuse("SELECT on", r); }
+      freeReplyObject(r);
+    }
+    {  // a server that needs a password we lack says NOAUTH here, clearly, not on every GET
+      redisReply* r = command(s, {"PING"});
+      if (r == nullptr || r->type == REDIS_REPLY_ERROR) { return refuse("PING to", r); }
+      freeReplyObject(r);
+    }
+    s.backoff = milliseconds(0);
+    connects.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  /// Learns the slot map: CLUSTER SLOTS from the first server that answers. @return success
+  bool learn_map(conn_set& cs, bool strict) {
+    for (auto& s : cs.servers) {
+      if (!connect(s, strict)) { continue; }
+      reply_ptr r{command(s, {"CLUSTER", "SLOTS"})};
+      if (r.r == nullptr) {
+        note_error("CLUSTER SLOTS on " + where(s.ep) + ": " + s.ctx->errstr);
+        fail(s);
+        continue;
+      }
+      if (r.r->type == REDIS_REPLY_ERROR) {  // not a cluster node: keep the static split
+        cs.mapped = true;
+        cs.cluster = false;
+        return true;
+      }
+      if (r.r->type != REDIS_REPLY_ARRAY) { continue; }
+      std::vector<server> next;
+      std::vector<std::uint16_t> owner(num_slots, 0);
+      for (std::size_t i = 0; i < r.r->elements; ++i) {
+        redisReply const* e = r.r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
+          continue;
+        }
+        redisReply const* node = e->element[2];
+        redis_endpoint ep;
+        ep.host = node->element[0]->type == REDIS_REPLY_STRING
+                      ? std::string(node->element[0]->str, node->element[0]->len)
+                      : std::string();
+        if (ep.host.empty() || ep.host == "?") { ep.host = s.ep.host; }
+        ep.port = int(node->element[1]->integer);
+        std::size_t idx = next.size();
+        for (std::size_t k = 0; k < next.size(); ++k) {
+          if (next[k].ep.host == ep.host && next[k].ep.port == ep.port) { idx = k; }
+        }
+        if (idx == next.size()) { next.push_back(server{ep}); }
+        auto const lo = std::size_t(e->element[0]->integer), hi = std::size_t(e->element[1]->integer);
+        for (std::size_t sl = lo; sl <= hi && sl < num_slots; ++sl) { owner[sl] = std::uint16_t(idx); }
+      }
+      if (next.empty()) { continue; }
+      // Keep open connections to servers that stay.
+      for (auto& n : next) {
+        for (auto& old : cs.servers) {
+          if (old.ctx != nullptr && old.ep.host == n.ep.host && old.ep.port == n.ep.port) {
+            n.ctx = std::exchange(old.ctx, nullptr);
+          }
+        }
+      }
+      for (auto& old : cs.servers) { old.drop(); }
+      cs.servers = std::move(next);
+      cs.owner = std::move(owner);
+      cs.mapped = true;
+      cs.cluster = true;
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * Runs one command per element of @p todo on the servers owning their keys, pipelined, within
+   * @p deadline. make(i, argv, lens) builds element i's command; on_reply(i, reply) takes its
+   * reply. Elements that got no reply stay in @p todo's returned rest.
+   */
+  template <class Make, class OnReply>
+  void run(conn_set& cs, std::vector<std::string> const& skeys, std::vector<std::size_t> todo,
+           clock_type::time_point deadline, Make&& make, OnReply&& on_reply) {
+    auto const t0 = clock_type::now();
+    for (int attempt = 0; attempt < 2 && !todo.empty(); ++attempt) {
+      if (!cs.mapped) { learn_map(cs, false); }
+      std::vector<std::vector<std::size_t>> by_server(cs.servers.size());
+      for (std::size_t i : todo) { by_server[cs.owner[redis_hash_slot(skeys[i])]].push_back(i); }
+      std::vector<std::size_t> moved;
+      for (std::size_t sv = 0; sv < by_server.size(); ++sv) {
+        auto const& items = by_server[sv];
+        if (items.empty()) { continue; }
+        server& s = cs.servers[sv];
+        if (!connect(s, false)) {
+          skipped.fetch_add(items.size(), std::memory_order_relaxed);
+          continue;
+        }
+        std::size_t const depth = std::max<std::size_t>(1, opt.pipeline);
+        for (std::size_t b = 0; b < items.size() && s.ctx != nullptr; b += depth) {
+          auto const left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now());
+          if (left.count() <= 0) {
+            timeouts.fetch_add(1, std::memory_order_relaxed);
+            note_error("time budget of " + std::to_string(opt.timeout.count()) +
+                       " ms spent before every key was sent to " + where(s.ep));
+            break;
+          }
+          redisSetTimeout(s.ctx, to_timeval(left));
+          std::size_t const e = std::min(items.size(), b + depth);
+          std::vector<char const*> argv;
+          std::vector<std::size_t> lens;
+          for (std::size_t k = b; k < e; ++k) {
+            argv.clear();
+            lens.clear();
+            make(items[k], argv, lens);
+            redisAppendCommandArgv(s.ctx, int(argv.size()), argv.data(), lens.data());
+          }
+          round_trips.fetch_add(1, std::memory_order_relaxed);
+          for (std::size_t k = b; k < e; ++k) {
+            void* raw = nullptr;
+            if (redisGetReply(s.ctx, &raw) != REDIS_OK) {
+              bool const slow = s.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+              if (slow) { timeouts.fetch_add(1, std::memory_order_relaxed); }
+              note_error(std::string(slow ? "timeout" : "connection error") + " on " + where(s.ep) +
+                         ": " + s.ctx->errstr);
+              fail(s);  // replies may still be in flight: the connection cannot be reused
+              break;
+            }
+            reply_ptr r{static_cast<redisReply*>(raw)};
+            if (r.r->type == REDIS_REPLY_ERROR &&
+                (std::strncmp(r.r->str, "MOVED", 5) == 0 || std::strncmp(r.r->str, "ASK", 3) == 0)) {
+              moved.push_back(items[k]);
+              continue;
+            }
+            on_reply(items[k], r.r);
+          }
+        }
+      }
+      todo = std::move(moved);
+      if (!todo.empty()) { cs.mapped = false; }  // the cluster changed: learn it again, retry once
+    }
+    nanos.fetch_add(std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      clock_type::now() - t0).count()),
+                    std::memory_order_relaxed);
+  }
+
+  std::string stored_key(key_type k) const {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string s = opt.prefix;
+    for (int sh = 60; sh >= 0; sh -= 4) { s.push_back(hex[(k >> sh) & 0xf]); }
+    return s;
+  }
+
+  std::vector<std::string> stored_keys(std::span<key_type const> keys) const {
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (key_type k : keys) { out.push_back(stored_key(k)); }
+    return out;
+  }
+
+  static std::string encode(key_type k, std::byte const* src, std::size_t n) {
+    remote_value_header const h = make_remote_header(k, src, n);
+    std::string v(sizeof h + n, '\0');
+    std::memcpy(v.data(), &h, sizeof h);
+    if (n != 0) { std::memcpy(v.data() + sizeof h, src, n); }
+    return v;
+  }
+
+  /// SET of prepared values on @p cs; @return how many the servers acknowledged.
+  std::size_t set_values(conn_set& cs, std::vector<std::string> const& skeys,
+                         std::vector<std::string> const& values,
+                         std::vector<std::size_t> const& payload) {
+    std::vector<std::size_t> todo(skeys.size());
+    for (std::size_t i = 0; i < todo.size(); ++i) { todo[i] = i; }
+    std::string const px = std::to_string(opt.ttl.count() * 1000);
+    std::size_t stored = 0;
+    run(cs, skeys, todo, clock_type::now() + opt.timeout,
+        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
+          argv = {"SET", skeys[i].data(), values[i].data()};
+          lens = {3, skeys[i].size(), values[i].size()};
+          if (opt.ttl.count() > 0) {
+            argv.push_back("PX");
+            lens.push_back(2);
+            argv.push_back(px.data());
+            lens.push_back(px.size());
+          }
+        },
+        [&](std::size_t i, redisReply* r) {
+          if (r->type == REDIS_REPLY_STATUS) {
+            ++stored;
+            puts.fetch_add(1, std::memory_order_relaxed);
+            put_bytes.fetch_add(payload[i], std::memory_order_relaxed);
+          } else {
+            note_error("SET refused: " + std::string(r->type == REDIS_REPLY_ERROR ? r->str : "?"));
+          }
+        });
+    return stored;
+  }
+
+  void writer_loop() {
+    std::unique_lock lock(q_mu);
+    for (;;) {
+      q_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty() && stopping) { return; }
+      std::vector<std::string> skeys, values;
+      std::vector<std::size_t> payload;
+      std::size_t const take = std::max<std::size_t>(1, opt.pipeline) * 4;
+      std::size_t bytes = 0;
+      while (!queue.empty() && skeys.size() < take) {
+        auto& q = queue.front();
+        bytes += q.payload;
+        skeys.push_back(std::move(q.key));
+        values.push_back(std::move(q.value));
+        payload.push_back(q.payload);
+        queue.pop_front();
+      }
+      busy = true;
+      lock.unlock();
+      std::size_t const stored = set_values(bg, skeys, values, payload);
+      if (stored < skeys.size()) {
+        dropped.fetch_add(skeys.size() - stored, std::memory_order_relaxed);
+      }
+      lock.lock();
+      queue_bytes -= bytes;
+      busy = false;
+      if (queue.empty()) { idle_cv.notify_all(); }
+    }
+  }
+};
+
+redis_tier::redis_tier(redis_options options) : impl_(std::make_unique<impl>()) {
+  impl& m = *impl_;
+  m.opt = std::move(options);
+  m.url = parse_redis_url(m.opt.url);
+  m.shown = redact_redis_url(m.opt.url);
+  if (m.opt.timeout.count() <= 0 || m.opt.connect_timeout.count() <= 0) {
+    throw error(error_code::invalid_argument, "redis_tier: timeouts must be positive");
+  }
+  m.init_set(m.fg);
+  m.init_set(m.bg);
+  {
+    std::lock_guard lock(m.fg_mu);
+    // A bad password or database fails here, clearly; a server that is down is retried later.
+    for (auto& s : m.fg.servers) { m.connect(s, true); }
+    if (!m.fg.mapped) { m.learn_map(m.fg, true); }
+  }
+  m.writer = std::thread([&m] { m.writer_loop(); });
+}
+
+redis_tier::~redis_tier() {
+  impl& m = *impl_;
+  {
+    std::lock_guard lock(m.q_mu);
+    m.stopping = true;
+  }
+  m.q_cv.notify_all();
+  if (m.writer.joinable()) { m.writer.join(); }
+}
+
+std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte* const> dst,
+                            std::span<std::size_t const> sizes, std::span<bool> found) {
+  impl& m = *impl_;
+  std::size_t const n = keys.size();
+  if (dst.size() < n || sizes.size() < n || found.size() < n) {
+    throw error(error_code::invalid_argument, "redis_tier::get: dst, sizes and found need " +
+                                                  std::to_string(n) + " elements each");
+  }
+  std::fill(found.begin(), found.begin() + std::ptrdiff_t(n), false);
+  if (n == 0) { return 0; }
+  m.gets.fetch_add(n, std::memory_order_relaxed);
+  auto const skeys = m.stored_keys(keys);
+  std::vector<std::size_t> todo(n);
+  for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
+  std::size_t hit = 0;
+  std::lock_guard lock(m.fg_mu);
+  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout,
+        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
+          argv = {"GET", skeys[i].data()};
+          lens = {3, skeys[i].size()};
+        },
+        [&](std::size_t i, redisReply* r) {
+          if (r->type == REDIS_REPLY_NIL) { return; }
+          if (r->type != REDIS_REPLY_STRING) {
+            m.note_error("GET " + skeys[i] + ": unexpected reply");
+            return;
+          }
+          auto const c = check_remote_value(r->str, r->len, keys[i], sizes[i]);
+          if (c != remote_value_check::ok) {
+            m.integrity.fetch_add(1, std::memory_order_relaxed);
+            std::lock_guard el(m.err_mu);
+            m.last_error = "value of " + skeys[i] + " rejected: " + to_string(c);
+            return;
+          }
+          if (sizes[i] != 0) {
+            std::memcpy(dst[i], r->str + sizeof(remote_value_header), sizes[i]);
+          }
+          found[i] = true;
+          ++hit;
+          m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
+        });
+  m.hits.fetch_add(hit, std::memory_order_relaxed);
+  m.misses.fetch_add(n - hit, std::memory_order_relaxed);
+  return hit;
+}
+
+std::size_t redis_tier::put(std::span<key_type const> keys, std::span<std::byte const* const> src,
+                            std::span<std::size_t const> sizes) {
+  impl& m = *impl_;
+  std::size_t const n = keys.size();
+  if (src.size() < n || sizes.size() < n) {
+    throw error(error_code::invalid_argument,
+                "redis_tier::put: src and sizes need " + std::to_string(n) + " elements each");
+  }
+  if (n == 0) { return 0; }
+  auto const skeys = m.stored_keys(keys);
+  std::vector<std::string> values(n);
+  std::vector<std::size_t> payload(sizes.begin(), sizes.begin() + std::ptrdiff_t(n));
+  for (std::size_t i = 0; i < n; ++i) { values[i] = impl::encode(keys[i], src[i], sizes[i]); }
+  std::lock_guard lock(m.fg_mu);
+  return m.set_values(m.fg, skeys, values, payload);
+}
+
+std::size_t redis_tier::put_async(std::span<key_type const> keys,
+                                  std::span<std::byte const* const> src,
+                                  std::span<std::size_t const> sizes) {
+  impl& m = *impl_;
+  std::size_t const n = keys.size();
+  if (src.size() < n || sizes.size() < n) {
+    throw error(error_code::invalid_argument,
+                "redis_tier::put_async: src and sizes need " + std::to_string(n) + " elements each");
+  }
+  std::size_t taken = 0;
+  {
+    std::lock_guard lock(m.q_mu);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (m.queue_bytes + sizes[i] > m.opt.queue_bytes && !(m.queue.empty() && !m.busy)) {
+        break;  // full (an empty queue takes one value of any size)
+      }
+      m.queue.push_back(queued_value{m.stored_key(keys[i]), impl::encode(keys[i], src[i], sizes[i]),
+                                     sizes[i]});
+      m.queue_bytes += sizes[i];
+      ++taken;
+    }
+  }
+  if (taken != 0) { m.q_cv.notify_one(); }
+  m.queued.fetch_add(taken, std::memory_order_relaxed);
+  m.dropped.fetch_add(n - taken, std::memory_order_relaxed);
+  return taken;
+}
+
+std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> found) {
+  impl& m = *impl_;
+  std::size_t const n = keys.size();
+  if (found.size() < n) {
+    throw error(error_code::invalid_argument,
+                "redis_tier::exists: found needs " + std::to_string(n) + " elements");
+  }
+  std::fill(found.begin(), found.begin() + std::ptrdiff_t(n), false);
+  if (n == 0) { return 0; }
+  m.exists_checks.fetch_add(n, std::memory_order_relaxed);
+  auto const skeys = m.stored_keys(keys);
+  std::vector<std::size_t> todo(n);
+  for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
+  std::size_t count = 0;
+  std::lock_guard lock(m.fg_mu);
+  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout,
+        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
+          argv = {"EXISTS", skeys[i].data()};
+          lens = {6, skeys[i].size()};
+        },
+        [&](std::size_t i, redisReply* r) {
+          if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+            found[i] = true;
+            ++count;
+          }
+        });
+  return count;
+}
+
+bool redis_tier::flush(std::chrono::milliseconds timeout) {
+  impl& m = *impl_;
+  std::unique_lock lock(m.q_mu);
+  return m.idle_cv.wait_for(lock, timeout, [&] { return m.queue.empty() && !m.busy; });
+}
+
+remote_stats redis_tier::stats() const {
+  impl const& m = *impl_;
+  auto ld = [](std::atomic<std::uint64_t> const& a) { return a.load(std::memory_order_relaxed); };
+  remote_stats s;
+  s.gets = ld(m.gets);
+  s.hits = ld(m.hits);
+  s.misses = ld(m.misses);
+  s.hit_bytes = ld(m.hit_bytes);
+  s.puts = ld(m.puts);
+  s.put_bytes = ld(m.put_bytes);
+  s.exists_checks = ld(m.exists_checks);
+  s.integrity_failures = ld(m.integrity);
+  s.errors = ld(m.errors);
+  s.timeouts = ld(m.timeouts);
+  s.connects = ld(m.connects);
+  s.skipped = ld(m.skipped);
+  s.queued = ld(m.queued);
+  s.dropped = ld(m.dropped);
+  s.round_trips = ld(m.round_trips);
+  s.seconds = double(ld(m.nanos)) * 1e-9;
+  return s;
+}
+
+std::string redis_tier::describe() const { return "redis " + impl_->shown; }
+std::string redis_tier::stored_key(key_type key) const { return impl_->stored_key(key); }
+bool redis_tier::cluster_mode() const {
+  std::lock_guard lock(impl_->fg_mu);
+  return impl_->fg.cluster;
+}
+std::string redis_tier::last_error() const {
+  std::lock_guard lock(impl_->err_mu);
+  return impl_->last_error;
+}
+redis_options const& redis_tier::options() const noexcept { return impl_->opt; }
+
+}  // namespace ccht
