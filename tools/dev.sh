@@ -20,7 +20,8 @@ say() { printf '\n== %s\n' "$*"; }
 
 setup() {
   local pkgs=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev
-              libcli11-dev libcuckoo-dev nlohmann-json3-dev python3-matplotlib)
+              libcli11-dev libcuckoo-dev nlohmann-json3-dev python3-matplotlib
+              libhiredis-dev redis-server)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -47,6 +47,35 @@ key_type tensor_key(file_identity const& id, std::string_view name) noexcept {
   return is_reserved_key(h) ? h - 2 : h;
 }
 
+key_type content_key(st_header const& h, std::uint64_t file_size) noexcept {
+  auto mix_str = [](std::uint64_t x, std::string_view str) {
+    x = hash64(x ^ str.size(), 0x636f6e74656e74ull);
+    for (std::size_t i = 0; i < str.size(); i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, str.data() + i, std::min<std::size_t>(8, str.size() - i));
+      x = hash64(x ^ w, 0x13198a2e03707344ull);
+    }
+    return x;
+  };
+  std::uint64_t x = hash64(file_size ^ h.data_offset, 0x6d6f64656c5f6964ull);
+  x = hash64(x ^ h.data_bytes, 0x9e3779b97f4a7c15ull);
+  for (auto const& t : h.tensors) {
+    x = mix_str(x, t.name);
+    x = hash64(x ^ static_cast<std::uint64_t>(t.dtype), 0x243f6a8885a308d3ull);
+    for (std::uint64_t d : t.shape) { x = hash64(x ^ d, 0x452821e638d01377ull); }
+    x = hash64(x ^ t.begin, 0xbe5466cf34e90c6cull);
+    x = hash64(x ^ t.end, 0xc0ac29b7c97c50ddull);
+  }
+  for (auto const& [k, v] : h.metadata) { x = mix_str(mix_str(x, k), v); }
+  return is_reserved_key(x) ? x - 2 : x;
+}
+
+key_type remote_chunk_key(key_type content, std::uint32_t index) noexcept {
+  std::uint64_t const h = hash64(content ^ (std::uint64_t{index} * 0xd6e8feb86659fd93ull),
+                                 0x72656d6f74655f63ull);
+  return is_reserved_key(h) ? h - 2 : h;
+}
+
 namespace detail {
 
 int open_for_read(std::string const& path) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,23 @@ int cmd_replay(std::string const& trace_path, sim::trace_format format,
 /// `ccht workload`.
 int cmd_workload(sim::workload_options const& w, run_options opt);
 
+/// The --remote options of kv-replay and weights (a ccht::redis_tier).
+struct remote_cli_options {
+  std::string url;                  ///< redis:// or unix:// URL (empty: no remote tier)
+  std::string prefix = "ccht:";     ///< key prefix (namespace)
+  std::size_t ttl_s = 0;            ///< value expiry in seconds (0: none)
+  std::size_t timeout_ms = 500;     ///< longest a call waits on the servers
+  std::size_t pipeline = 128;       ///< commands per round trip (1: one round trip per page)
+  std::string write = "back";       ///< back (host-tier victims) or through (also every publish)
+};
+
+/// A remote tier for @p o (null when no URL). Throws std::invalid_argument when this build has
+/// no hiredis, ccht::error for a bad URL or a refused AUTH.
+std::unique_ptr<remote_store> make_remote(remote_cli_options const& o);
+
+/// The remote fields of a JSON row: tier counters and the store's own.
+void add_remote_json(nlohmann::json& j, remote_stats const& s);
+
 /// Options of `ccht kv-replay`.
 struct kv_replay_options {
   std::string trace;                 ///< Mooncake JSONL trace (empty: default_kv_trace())
@@ -50,6 +68,7 @@ struct kv_replay_options {
   double ratio = 0.9;                ///< page-cache: pages over index slots
   std::size_t requests = 0;          ///< replay the first N requests only (0: all)
   bool json = false;                 ///< JSON Lines on stdout instead of Markdown
+  remote_cli_options remote;         ///< --remote: a Redis tier under the host tier
 };
 
 /// The trace `ccht kv-replay` reads without --trace: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl
@@ -70,7 +89,7 @@ int cmd_kv_replay(kv_replay_options opt);
 
 /// `ccht weights`: one JSON line (or a Markdown table) of the run, and with --digest one line per
 /// tensor. Returns 1 when a load differed from its file.
-int cmd_weights(sim::weights_options const& o, bool json);
+int cmd_weights(sim::weights_options o, bool json, remote_cli_options const& remote);
 
 /// Options of `ccht bench`.
 struct bench_options {

@@ -66,6 +66,13 @@ nlohmann::json to_json(sim::kv_replay_result const& r, std::string const& trace,
     j["spill_failures"] = r.spill_failures;
     j["host_evictions"] = r.host_evictions;
   }
+  if (r.remote) {
+    j["remote_hits"] = r.remote_hits;
+    j["remote_lookups"] = r.remote_lookups;
+    j["remote_writes"] = r.remote_writes;
+    j["remote_write_drops"] = r.remote_write_drops;
+    add_remote_json(j, r.remote_counters);
+  }
   return j;
 }
 
@@ -73,6 +80,7 @@ int cmd_kv_replay(kv_replay_options opt) {
   if (opt.pages.empty()) { throw std::invalid_argument("--pages is required"); }
   if (opt.policies.empty()) { throw std::invalid_argument("--policy names no policy"); }
   std::size_t const host_pages = parse_host_tier(opt.tiers);
+  std::unique_ptr<remote_store> remote = make_remote(opt.remote);
   std::vector<sim::kv_replay_options> runs;
   for (std::size_t pages : opt.pages) {
     for (auto const& p : opt.policies) {
@@ -83,6 +91,10 @@ int cmd_kv_replay(kv_replay_options opt) {
       o.host_pages = host_pages;
       o.table_ratio = opt.ratio;
       o.max_requests = opt.requests;
+      if (p != "lru") {
+        o.remote = remote.get();
+        o.remote_write_through = opt.remote.write == "through";
+      }
       sim::validate(o);  // every bad argument is reported before the trace is read
       runs.push_back(o);
     }
@@ -123,6 +135,9 @@ int cmd_kv_replay(kv_replay_options opt) {
     if (host_pages > 0) {
       for (char const* h : {"host_pages", "lower_hits", "spills"}) { header.push_back(h); }
     }
+    if (remote) {
+      for (char const* h : {"remote_hits", "remote_writes", "remote_errors"}) { header.push_back(h); }
+    }
     markdown_table t(header);
     for (auto const& r : rows) {
       std::vector<std::string> cells{r.policy,
@@ -141,6 +156,11 @@ int cmd_kv_replay(kv_replay_options opt) {
         cells.push_back(std::to_string(r.host_pages));
         cells.push_back(std::to_string(r.lower_hits));
         cells.push_back(std::to_string(r.spills));
+      }
+      if (remote) {
+        cells.push_back(std::to_string(r.remote_hits));
+        cells.push_back(std::to_string(r.remote_writes));
+        cells.push_back(std::to_string(r.remote_counters.errors));
       }
       t.add(cells);
     }

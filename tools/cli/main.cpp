@@ -172,6 +172,26 @@ int main(int argc, char** argv) {
   kv->add_option("--requests", kvo.requests, "Replay only the first N requests (0: all)")
       ->capture_default_str();
   kv->add_flag("--json", kvo.json, "One JSON line per (pages, policy) on stdout instead of Markdown");
+  auto add_remote = [](CLI::App* c, cli::remote_cli_options& r, char const* prefix) {
+    r.prefix = prefix;
+    c->add_option("--remote", r.url,
+                  "A shared Redis tier: redis://[user[:password]@]host[:port][/db], "
+                  "unix:///path, or host1:port1,host2:port2 (sharded by hash slot); the password "
+                  "may come from $CCHT_REDIS_PASSWORD instead and is never printed");
+    c->add_option("--remote-prefix", r.prefix, "Key prefix in the remote tier")->capture_default_str();
+    c->add_option("--remote-ttl", r.ttl_s, "Expiry of remote values in seconds (0: none)")
+        ->capture_default_str();
+    c->add_option("--remote-timeout-ms", r.timeout_ms, "Longest a remote call may wait")
+        ->capture_default_str();
+    c->add_option("--remote-pipeline", r.pipeline,
+                  "Remote commands per round trip (1: one round trip per page)")
+        ->capture_default_str();
+  };
+  add_remote(kv, kvo.remote, "ccht:kv:");
+  kv->add_option("--remote-write", kvo.remote.write,
+                 "back: host-tier victims go to the remote tier; through: every published page too")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"back", "through"}));
 
   // weights
   auto* wt = app.add_subcommand(
@@ -204,6 +224,8 @@ int main(int argc, char** argv) {
   wt->add_flag("--no-verify", wt_no_verify, "Do not compare loads with the files");
   wt->add_flag("--digest", wo.digest, "Also one JSON line per tensor: its CRC-32 from the cache's memory");
   wt->add_flag("--json", wt_json, "JSON Lines on stdout instead of Markdown");
+  cli::remote_cli_options wt_remote;
+  add_remote(wt, wt_remote, "ccht:weights:");
 
   // compare
   auto* compare = app.add_subcommand("compare", "Miss ratios and throughput of every policy on the "
@@ -302,7 +324,7 @@ int main(int argc, char** argv) {
       wo.huge = wt_huge == "on" ? huge_pages::on : wt_huge == "off" ? huge_pages::off
                                                                    : huge_pages::automatic;
       wo.verify = !wt_no_verify;
-      return cli::cmd_weights(wo, wt_json);
+      return cli::cmd_weights(wo, wt_json, wt_remote);
     }
     if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {

@@ -96,6 +96,10 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
   if constexpr (Tiered) {
     tiered = std::make_unique<tiered_t>(o.pages * o.page_bytes, o.host_pages * o.page_bytes,
                                         o.page_bytes, po, po);
+    if (o.remote != nullptr) {
+      tiered->attach_remote(o.remote, o.remote_write_through ? remote_write::through
+                                                             : remote_write::back);
+    }
   } else {
     single = std::make_unique<single_t>(o.pages * o.page_bytes, o.page_bytes, po);
   }
@@ -109,10 +113,10 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
   std::vector<page_id> pages, ep;
   std::vector<page_status> status;
   std::vector<bool> hit;
-  std::unique_ptr<bool[]> from_lower;
+  std::unique_ptr<bool[]> from_lower, from_remote;
   std::size_t from_lower_cap = 0;
   std::unordered_set<key_type> seen;
-  std::uint64_t counted_lower = 0;
+  std::uint64_t counted_lower = 0, counted_remote = 0;
 
   auto const t0 = clock_type::now();
   for (kv_request const& req : reqs) {
@@ -126,9 +130,11 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
     if constexpr (Tiered) {
       if (from_lower_cap < n) {
         from_lower.reset(new bool[n]);
+        from_remote.reset(new bool[n]);
         from_lower_cap = n;
       }
-      tiered->acquire(keys, pages, status, std::span<bool>(from_lower.get(), n));
+      tiered->acquire(keys, pages, status, std::span<bool>(from_lower.get(), n),
+                      std::span<bool>(from_remote.get(), n));
     } else {
       ek.resize(n);
       ep.resize(n);
@@ -142,7 +148,10 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
         case page_status::hit:
           ++r.page_hits;
           hit[i] = true;
-          if constexpr (Tiered) { counted_lower += from_lower[i] ? 1 : 0; }
+          if constexpr (Tiered) {
+            counted_lower += from_lower[i] ? 1 : 0;
+            counted_remote += from_remote[i] ? 1 : 0;
+          }
           if (!kv_check_pattern(keys[i], upper.page_data(pages[i]), pb)) { ++r.check_failures; }
           pinned.push_back(keys[i]);
           break;
@@ -173,10 +182,22 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
       check_idle(r, single->stats(), "page cache", r.requests);
     }
   }
+  if constexpr (Tiered) {
+    if (o.remote != nullptr && !o.remote->flush(std::chrono::seconds(30))) {
+      fail(r, "the remote tier's write-back queue did not drain in 30 s");
+    }
+  }
   r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
 
   if constexpr (Tiered) {
     tier_stats const ts = tiered->stats();
+    r.remote = o.remote != nullptr;
+    r.remote_hits = ts.remote_hits;
+    r.remote_lookups = ts.remote_lookups;
+    r.remote_writes = ts.remote_writes;
+    r.remote_write_drops = ts.remote_write_drops;
+    r.remote_counters = ts.remote;
+    check_counter(r, "remote_hits", ts.remote_hits, counted_remote);
     r.evictions = ts.upper.evictions;
     r.lower_hits = ts.lower_hits;
     r.spills = ts.spills;
@@ -184,8 +205,8 @@ kv_replay_result run_page_cache(std::span<kv_request const> reqs, kv_replay_opti
     r.host_evictions = ts.lower.evictions;
     r.pages_resident = ts.upper.pages_resident;
     check_counter(r, "lower_hits", ts.lower_hits, counted_lower);
-    check_counter(r, "upper.hits", ts.upper.hits, r.page_hits - counted_lower);
-    check_counter(r, "upper.fills", ts.upper.fills, r.page_misses + counted_lower);
+    check_counter(r, "upper.hits", ts.upper.hits, r.page_hits - counted_lower - counted_remote);
+    check_counter(r, "upper.fills", ts.upper.fills, r.page_misses + counted_lower + counted_remote);
     check_counter(r, "upper.no_space", ts.upper.no_space, r.no_space);
     check_final(r, tiered->upper(), ts.upper, "upper");
     check_final(r, tiered->lower(), ts.lower, "host");
@@ -291,6 +312,9 @@ void validate(kv_replay_options const& o) {
     throw std::invalid_argument("--ratio must be in (0, 1], got " + std::to_string(o.table_ratio));
   }
   if (o.cpu_threads < 0) { throw std::invalid_argument("threads must be 0 or more"); }
+  if (o.remote != nullptr && o.policy != "lru" && o.host_pages == 0) {
+    throw std::invalid_argument("--remote sits under the host tier: give --tiers host=PAGES too");
+  }
   std::size_t const max_pages = page_pool<cpu_backend>::max_pages;
   for (auto [name, n] : {std::pair<char const*, std::size_t>{"--pages", o.pages},
                          std::pair<char const*, std::size_t>{"host pages", o.host_pages}}) {

@@ -24,11 +24,19 @@
  * `host_pages` keys (pinned while they are spilled), then each upper fill the host tier holds is
  * a lower hit (and a use of the host copy).
  *
+ * A remote tier (options.remote, with a host tier) sits under both: host-tier victims are
+ * written to it, a fill neither local tier holds is looked up there (`remote_hits`, included in
+ * `page_hits`), and the replay waits for its write-back queue at the end. Its pages are checked
+ * byte for byte like every hit. The `lru` reference ignores it: compare with an exact LRU of the
+ * three tiers' total pages (`pages` = upper + host + the remote's).
+ *
  * `prefix_hit_pages` sums, over requests, the length of the leading run of hits in the request's
  * de-duplicated order: the pages whose prefill a prefix cache skips (512 tokens each in the
  * Mooncake traces).
  */
 #pragma once
+
+#include <ccht/cache/remote_store.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +64,8 @@ struct kv_replay_options {
   double table_ratio = 0.9;     ///< page-cache: pages over index slots, in (0, 1]
   std::size_t max_requests = 0; ///< replay only the first N requests (0: all)
   int cpu_threads = 1;          ///< page-cache: threads per call (1 keeps the replay exact-ordered)
+  remote_store* remote = nullptr;  ///< page-cache with a host tier: a remote tier under it
+  bool remote_write_through = false;  ///< also write every published fill to the remote tier
 };
 
 /// What a KV replay counted.
@@ -78,6 +88,12 @@ struct kv_replay_result {
   std::uint64_t spills = 0;       ///< tiered: upper victims copied to the host tier
   std::uint64_t spill_failures = 0;    ///< tiered: victims the host tier could not take
   std::uint64_t host_evictions = 0;    ///< tiered: keys the host tier evicted
+  bool remote = false;            ///< a remote tier was attached
+  std::uint64_t remote_hits = 0;  ///< fills served from the remote tier
+  std::uint64_t remote_lookups = 0;    ///< fills looked up there
+  std::uint64_t remote_writes = 0;     ///< pages queued for it
+  std::uint64_t remote_write_drops = 0;  ///< pages its queue refused
+  remote_stats remote_counters;   ///< the remote store's own counters after the replay
   std::uint64_t invariant_failures = 0;  ///< failed cache invariants (see invariant_message)
   std::string invariant_message;  ///< the first failed invariant, empty when none
   std::size_t pages_resident = 0; ///< pages held at the end

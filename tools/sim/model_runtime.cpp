@@ -95,7 +95,8 @@ weights_result run_weights(weights_options const& o) {
     r.model_bytes_max = std::max<std::size_t>(r.model_bytes_max, headers.back().data_bytes);
   }
   weight_cache<cpu_backend> cache(o.budget, o.page_bytes, {.huge = o.huge});
-  model_loader<cpu_backend> loader(cache, {.layout = o.layout, .io_threads = o.io_threads});
+  model_loader<cpu_backend> loader(
+      cache, {.layout = o.layout, .io_threads = o.io_threads, .remote = o.remote});
 
   std::vector<double> weights;
   for (std::size_t i = 0; i < o.files.size(); ++i) { weights.push_back(1.0 / std::pow(double(i + 1), o.zipf)); }
@@ -125,7 +126,11 @@ weights_result run_weights(weights_options const& o) {
       cold.push_back(rep.seconds);
       r.cold_seconds += rep.seconds;
       r.bytes_loaded += rep.bytes_read;
+      r.remote_loads += rep.bytes_read == 0 ? 1 : 0;
     }
+    r.remote_pages += rep.remote_pages;
+    r.remote_bytes += rep.remote_bytes;
+    r.remote_writes += rep.remote_writes;
     if (o.verify) { check(m, f); }
   }
   r.cold_median = median_of(cold);
@@ -143,13 +148,17 @@ weights_result run_weights(weights_options const& o) {
     }
   }
   r.stats = cache.stats();
+  if (o.remote != nullptr) {
+    o.remote->flush(std::chrono::seconds(30));
+    r.remote = o.remote->stats();
+  }
   return r;
 }
 
 std::vector<std::string> weights_json_lines(weights_options const& o, weights_result const& r) {
   double const cold_mean = r.misses ? r.cold_seconds / static_cast<double>(r.misses) : 0;
   double const warm_mean = r.hits ? r.warm_seconds / static_cast<double>(r.hits) : 0;
-  nlohmann::json const j = {
+  nlohmann::json j = {
       {"loads", r.loads},
       {"hits", r.hits},
       {"misses", r.misses},
@@ -176,6 +185,21 @@ std::vector<std::string> weights_json_lines(weights_options const& o, weights_re
       {"verify_failures", r.verify_failures},
       {"files", o.files},
   };
+  if (o.remote != nullptr) {
+    j["remote_loads"] = r.remote_loads;
+    j["remote_pages"] = r.remote_pages;
+    j["remote_bytes"] = r.remote_bytes;
+    j["remote_writes"] = r.remote_writes;
+    j["remote_store_hits"] = r.remote.hits;
+    j["remote_misses"] = r.remote.misses;
+    j["remote_hit_bytes"] = r.remote.hit_bytes;
+    j["remote_puts"] = r.remote.puts;
+    j["remote_put_bytes"] = r.remote.put_bytes;
+    j["remote_errors"] = r.remote.errors;
+    j["remote_timeouts"] = r.remote.timeouts;
+    j["remote_integrity_failures"] = r.remote.integrity_failures;
+    j["remote_dropped"] = r.remote.dropped;
+  }
   auto const dump = [](nlohmann::json const& v) {
     return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };

@@ -31,6 +31,7 @@ struct weights_options {
   huge_pages huge = huge_pages::automatic;      ///< hugetlb pages for the pool
   bool verify = true;                           ///< compare every load with the file
   bool digest = false;                          ///< CRC-32 of every tensor, from the cache's memory
+  remote_store* remote = nullptr;               ///< a shared remote tier under the cache (not owned)
 };
 
 /// One tensor's digest, read back from the cache.
@@ -47,6 +48,11 @@ struct weights_result {
   std::size_t hits = 0;         ///< loads that read nothing (warm)
   std::size_t misses = 0;       ///< loads that read from the file (cold, whole or in part)
   std::uint64_t bytes_loaded = 0;  ///< bytes read from files
+  std::size_t remote_loads = 0;    ///< cold loads that read nothing from the file (all remote)
+  std::uint64_t remote_pages = 0;  ///< pages copied from the remote tier
+  std::uint64_t remote_bytes = 0;  ///< their bytes
+  std::uint64_t remote_writes = 0; ///< pages queued for the remote tier
+  remote_stats remote;             ///< the remote store's counters at the end
   double cold_seconds = 0;      ///< sum over cold loads
   double warm_seconds = 0;      ///< sum over warm loads
   double cold_median = 0, warm_median = 0;  ///< medians (0 when none)

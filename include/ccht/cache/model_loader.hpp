@@ -30,6 +30,7 @@
  */
 #pragma once
 
+#include <ccht/cache/remote_store.hpp>
 #include <ccht/cache/safetensors.hpp>
 #include <ccht/cache/weight_cache.hpp>
 
@@ -57,6 +58,10 @@ struct model_loader_options {
   int io_threads = 2;                                ///< CPU: threads reading a fill
   std::size_t io_chunk_bytes = std::size_t{8} << 20; ///< bytes per pread (and staging buffer)
   std::chrono::milliseconds wait = std::chrono::seconds(60);  ///< longest wait for another filler
+  /// A shared remote tier (not owned): fills look there first, page by page (the cache's page
+  /// size is the chunk), and write the pages they read from the file to it. Keys come from the
+  /// file's header and size (content_key), not its inode, so every node finds the same chunks.
+  remote_store* remote = nullptr;
 };
 
 /// Identity of a file's contents as stat(2) sees them.
@@ -73,6 +78,17 @@ file_identity identify_file(std::string const& path);
 key_type file_key(file_identity const& id) noexcept;
 /// Object key of tensor @p name of a file version (model_layout::per_tensor).
 key_type tensor_key(file_identity const& id, std::string_view name) noexcept;
+
+/**
+ * @brief A key for a file's contents that other machines compute alike: a hash of the file size
+ *        and its header (every tensor's name, dtype, shape and offsets, and the metadata). Two
+ *        files with equal headers and sizes but other bytes would share it: give each model
+ *        store its own remote prefix, or write a version into `__metadata__`.
+ */
+key_type content_key(st_header const& header, std::uint64_t file_size) noexcept;
+/// Remote key of chunk @p index of an object whose contents key is @p content (segment keys:
+/// content_key for model_layout::packed, mixed with the tensor name per tensor).
+key_type remote_chunk_key(key_type content, std::uint32_t index) noexcept;
 
 /// One tensor of a loaded model.
 struct model_tensor {
@@ -91,9 +107,12 @@ struct load_report {
   std::size_t waits = 0;          ///< times it waited for another caller's fill
   std::uint64_t pages_filled = 0; ///< pages read
   std::uint64_t bytes_read = 0;   ///< bytes read from the file
+  std::uint64_t remote_pages = 0;  ///< pages copied from the remote tier instead of the file
+  std::uint64_t remote_bytes = 0;  ///< their bytes
+  std::uint64_t remote_writes = 0; ///< pages read from the file and queued for the remote tier
   double seconds = 0;             ///< wall time of load()
   /// A load that read nothing from the file.
-  bool warm() const noexcept { return bytes_read == 0; }
+  bool warm() const noexcept { return bytes_read == 0 && remote_bytes == 0; }
 };
 
 template <class Backend>

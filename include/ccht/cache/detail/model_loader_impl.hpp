@@ -4,7 +4,10 @@
 
 #include <ccht/error.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <type_traits>
 #include <optional>
 #include <string>
 
@@ -52,11 +55,15 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     key_type key;
     std::uint64_t offset;
     std::size_t bytes;
+    key_type remote = 0;  // contents key of the remote tier's chunks
   };
+  key_type const content = options_.remote != nullptr ? content_key(*h, id.size) : 0;
   std::vector<segment> segs;
   std::vector<std::size_t> seg_of(h->tensors.size(), SIZE_MAX);
   if (options_.layout == model_layout::packed) {
-    if (h->data_bytes != 0) { segs.push_back({file_key(id), h->data_offset, h->data_bytes}); }
+    if (h->data_bytes != 0) {
+      segs.push_back({file_key(id), h->data_offset, h->data_bytes, content});
+    }
     for (std::size_t t = 0; t < h->tensors.size(); ++t) {
       if (h->tensors[t].bytes() != 0) { seg_of[t] = 0; }
     }
@@ -65,7 +72,8 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
       auto const& ti = h->tensors[t];
       if (ti.bytes() == 0) { continue; }
       seg_of[t] = segs.size();
-      segs.push_back({tensor_key(id, ti.name), h->data_offset + ti.begin, ti.bytes()});
+      segs.push_back({tensor_key(id, ti.name), h->data_offset + ti.begin, ti.bytes(),
+                      options_.remote != nullptr ? remote_chunk_key(content ^ tensor_key({}, ti.name), ~0u) : 0});
     }
   }
 
@@ -84,6 +92,83 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     if (fd >= 0) { detail::close_file(fd); }
   };
 
+  // Chunk c of a segment is its page c; the last chunk may be short.
+  auto chunk_bytes = [&](segment const& sg, std::uint32_t c) {
+    return std::min(cache_.page_bytes(), sg.bytes - std::size_t{c} * cache_.page_bytes());
+  };
+  auto fetch_remote = [&](auto const& sgs, auto const& td, auto const& ls, auto const& fl,
+                          std::vector<std::vector<std::uint32_t>>& ff) {
+    std::size_t const pbytes = cache_.page_bytes();
+    std::vector<key_type> rk;
+    std::vector<std::size_t> sizes;
+    std::vector<std::byte*> dst;
+    for (std::size_t f = 0; f < fl.size(); ++f) {
+      auto const& sg = sgs[td[fl[f]]];
+      for (std::uint32_t c : ff[f]) {
+        rk.push_back(remote_chunk_key(sg.remote, c));
+        sizes.push_back(chunk_bytes(sg, c));
+        dst.push_back(ls[fl[f]].data + std::size_t{c} * pbytes);
+      }
+    }
+    std::vector<std::byte> staging;
+    constexpr bool host_pages = std::is_same_v<Backend, cpu_backend>;
+    if constexpr (!host_pages) {  // device pages: fetch into host memory, then copy up
+      staging.resize(rk.size() * pbytes);
+    }
+    std::vector<std::byte*> into(dst);
+    if constexpr (!host_pages) {
+      for (std::size_t q = 0; q < into.size(); ++q) { into[q] = staging.data() + q * pbytes; }
+    }
+    std::unique_ptr<bool[]> found(new bool[rk.size()]);
+    std::size_t const hits =
+        options_.remote->get(rk, into, sizes, std::span<bool>(found.get(), rk.size()));
+    if (hits == 0) { return; }
+    std::size_t q = 0;
+    for (std::size_t f = 0; f < fl.size(); ++f) {
+      std::vector<std::uint32_t> left;
+      for (std::uint32_t c : ff[f]) {
+        if (found[q]) {
+          if constexpr (!host_pages) { Backend::copy_from_host(dst[q], into[q], sizes[q]); }
+          ++m.report_.remote_pages;
+          m.report_.remote_bytes += sizes[q];
+        } else {
+          left.push_back(c);
+        }
+        ++q;
+      }
+      ff[f] = std::move(left);
+    }
+    if constexpr (!host_pages) { Backend::synchronize({}); }
+  };
+  auto store_remote = [&](auto const& sgs, auto const& td, auto const& ls, auto const& fl,
+                          std::vector<std::vector<std::uint32_t>> const& ff) {
+    std::size_t const pbytes = cache_.page_bytes();
+    std::vector<key_type> rk;
+    std::vector<std::size_t> sizes;
+    std::vector<std::byte const*> src;
+    std::vector<std::byte> staging;
+    std::size_t total = 0;
+    for (std::size_t f = 0; f < fl.size(); ++f) { total += ff[f].size(); }
+    constexpr bool host_pages = std::is_same_v<Backend, cpu_backend>;
+    if constexpr (!host_pages) { staging.resize(total * pbytes); }
+    for (std::size_t f = 0; f < fl.size(); ++f) {
+      auto const& sg = sgs[td[fl[f]]];
+      for (std::uint32_t c : ff[f]) {
+        std::byte const* page = ls[fl[f]].data + std::size_t{c} * pbytes;
+        if constexpr (!host_pages) {
+          std::byte* h = staging.data() + rk.size() * pbytes;
+          Backend::copy_to_host(h, page, chunk_bytes(sg, c));
+          page = h;
+        }
+        rk.push_back(remote_chunk_key(sg.remote, c));
+        sizes.push_back(chunk_bytes(sg, c));
+        src.push_back(page);
+      }
+    }
+    if constexpr (!host_pages) { Backend::synchronize({}); }
+    m.report_.remote_writes += options_.remote->put_async(rk, src, sizes);
+  };
+
   std::vector<std::size_t> todo(segs.size());
   for (std::size_t s = 0; s < segs.size(); ++s) { todo[s] = s; }
   std::size_t const pb = cache_.page_bytes();
@@ -100,6 +185,7 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     std::vector<std::size_t> pending;
     std::vector<key_type> filling;
     std::vector<detail::fill_piece> pieces;
+    std::vector<std::size_t> fill_leases;  // lease indices whose missing pages are read below
     bool refused = false;
     for (std::size_t e = 0; e < todo.size(); ++e) {
       std::size_t const s = todo[e];
@@ -114,18 +200,7 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
           filling.push_back(segs[s].key);
           base[s] = l.data;
           ++m.report_.fills;
-          // Runs of consecutive missing pages become one read each.
-          std::size_t i = 0;
-          while (i < l.fill_pages.size()) {
-            std::size_t j = i + 1;
-            while (j < l.fill_pages.size() && l.fill_pages[j] == l.fill_pages[j - 1] + 1) { ++j; }
-            std::size_t const from = std::size_t{l.fill_pages[i]} * pb;
-            std::size_t const to = std::min(std::size_t{l.fill_pages[j - 1] + 1} * pb, segs[s].bytes);
-            pieces.push_back({l.data + from, segs[s].offset + from, to - from});
-            m.report_.pages_filled += j - i;
-            m.report_.bytes_read += to - from;
-            i = j;
-          }
+          fill_leases.push_back(e);
           break;
         }
         case object_status::pending: pending.push_back(s); break;
@@ -141,6 +216,31 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
                       " bytes in pages; budget " + std::to_string(cache_.budget_bytes()) +
                       " bytes): the rest is pinned by other holders");
     }
+    // The remote tier first (page by page), then runs of consecutive pages still missing
+    // become one file read each.
+    std::vector<std::vector<std::uint32_t>> from_file(fill_leases.size());
+    for (std::size_t f = 0; f < fill_leases.size(); ++f) {
+      from_file[f] = leases[fill_leases[f]].fill_pages;
+    }
+    if (options_.remote != nullptr && !fill_leases.empty()) {
+      fetch_remote(segs, todo, leases, fill_leases, from_file);
+    }
+    for (std::size_t f = 0; f < fill_leases.size(); ++f) {
+      std::size_t const s = todo[fill_leases[f]];
+      auto const& l = leases[fill_leases[f]];
+      auto const& fp = from_file[f];
+      std::size_t i = 0;
+      while (i < fp.size()) {
+        std::size_t j = i + 1;
+        while (j < fp.size() && fp[j] == fp[j - 1] + 1) { ++j; }
+        std::size_t const from = std::size_t{fp[i]} * pb;
+        std::size_t const to = std::min(std::size_t{fp[j - 1] + 1} * pb, segs[s].bytes);
+        pieces.push_back({l.data + from, segs[s].offset + from, to - from});
+        m.report_.pages_filled += j - i;
+        m.report_.bytes_read += to - from;
+        i = j;
+      }
+    }
     if (!pieces.empty()) {
       try {
         if (fd < 0) { fd = detail::open_for_read(path); }
@@ -153,6 +253,9 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
         rollback(filling);
         throw;
       }
+    }
+    if (options_.remote != nullptr && !pieces.empty()) {
+      store_remote(segs, todo, leases, fill_leases, from_file);
     }
     if (!filling.empty()) {
       cache_.publish(filling);

@@ -1,0 +1,51 @@
+// --remote of `ccht kv-replay` and `ccht weights`: a ccht::redis_tier where this build has hiredis.
+#include "commands.hpp"
+
+#if CCHT_HAVE_REDIS
+#include <ccht/cache/redis_tier.hpp>
+#endif
+
+#include <stdexcept>
+
+namespace ccht::cli {
+
+std::unique_ptr<remote_store> make_remote(remote_cli_options const& o) {
+  if (o.url.empty()) { return nullptr; }
+  if (o.write != "back" && o.write != "through") {
+    throw std::invalid_argument("--remote-write must be back or through, got '" + o.write + "'");
+  }
+  if (o.pipeline == 0) { throw std::invalid_argument("--remote-pipeline must be at least 1"); }
+  if (o.timeout_ms == 0) { throw std::invalid_argument("--remote-timeout-ms must be at least 1"); }
+#if CCHT_HAVE_REDIS
+  redis_options r;
+  r.url = o.url;
+  r.prefix = o.prefix;
+  r.ttl = std::chrono::seconds(o.ttl_s);
+  r.timeout = std::chrono::milliseconds(o.timeout_ms);
+  r.pipeline = o.pipeline;
+  return std::make_unique<redis_tier>(r);
+#else
+  throw std::invalid_argument("--remote: this ccht was built without hiredis (install "
+                              "libhiredis-dev and reconfigure with CCHT_WITH_REDIS=AUTO or ON)");
+#endif
+}
+
+void add_remote_json(nlohmann::json& j, remote_stats const& s) {
+  j["remote_gets"] = s.gets;
+  j["remote_store_hits"] = s.hits;
+  j["remote_misses"] = s.misses;
+  j["remote_hit_bytes"] = s.hit_bytes;
+  j["remote_puts"] = s.puts;
+  j["remote_put_bytes"] = s.put_bytes;
+  j["remote_errors"] = s.errors;
+  j["remote_timeouts"] = s.timeouts;
+  j["remote_integrity_failures"] = s.integrity_failures;
+  j["remote_skipped"] = s.skipped;
+  j["remote_dropped"] = s.dropped;
+  j["remote_connects"] = s.connects;
+  j["remote_round_trips"] = s.round_trips;
+  j["remote_seconds"] = s.seconds;
+  j["remote_pages_per_s"] = s.seconds > 0 ? double(s.gets + s.puts) / s.seconds : 0.0;
+}
+
+}  // namespace ccht::cli
