@@ -96,7 +96,7 @@ std::uint32_t crc32c_bitwise(unsigned char const* p, std::size_t n) {
 TEST(RemoteValue, Crc32cMatchesBitwiseReference) {
   EXPECT_EQ(ccht::crc32c("123456789", 9), 0xE3069283u);  // the standard check value
   std::mt19937_64 rng(5);
-  for (std::size_t n : {0, 1, 7, 8, 9, 63, 64, 1000, 4097}) {
+  for (std::size_t n : {0, 1, 7, 8, 9, 63, 64, 767, 768, 769, 1000, 1536, 4096, 4097, 10007}) {
     std::vector<unsigned char> b(n);
     for (auto& x : b) { x = static_cast<unsigned char>(rng()); }
     EXPECT_EQ(ccht::crc32c(b.data(), n), crc32c_bitwise(b.data(), n)) << n;

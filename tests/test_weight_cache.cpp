@@ -449,6 +449,31 @@ TEST(ModelLoaderFile, ChangedFileGetsNewKeysAndNeverOldBytes) {
   EXPECT_EQ(c.stats().objects, objects);  // the old version's objects were erased
 }
 
+TEST(ModelLoaderFile, RemoteContentKeyTellsFineTunesWithEqualHeadersApart) {
+  temp_dir d;
+  std::string const a = (d.path / "a.safetensors").string(), b = (d.path / "b.safetensors").string(),
+                    a2 = (d.path / "a2.safetensors").string();
+  auto write = [](std::string const& path, std::uint64_t seed) {  // fixed shapes, seeded bytes
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> w(4000 * 4), bias(64);
+    for (auto& x : w) { x = static_cast<std::byte>(rng()); }
+    for (auto& x : bias) { x = static_cast<std::byte>(rng()); }
+    std::vector<ccht::st_tensor_data> ts = {{"w", ccht::st_dtype::F32, {40, 100}, w},
+                                            {"b", ccht::st_dtype::U8, {64}, bias}};
+    ccht::write_safetensors(path, ts);
+  };
+  write(a, 1);
+  write(b, 9);   // same names, shapes and offsets, other weights
+  write(a2, 1);  // a's bytes again, another file
+  auto const ha = ccht::read_safetensors(a), hb = ccht::read_safetensors(b);
+  auto const size = std::filesystem::file_size(a);
+  ASSERT_EQ(size, std::filesystem::file_size(b));
+  EXPECT_EQ(ccht::content_key(ha, size), ccht::content_key(hb, size));  // headers alike
+  EXPECT_NE(ccht::content_key(ha, size, a), ccht::content_key(hb, size, b));
+  EXPECT_EQ(ccht::content_key(ha, size, a), ccht::content_key(ha, size, a2));  // same contents
+  EXPECT_THROW(ccht::content_key(ha, size, (d.path / "missing").string()), ccht::error);
+}
+
 TEST(ModelLoaderFile, MalformedFileCachesNothing) {
   temp_dir d;
   std::string const p = (d.path / "bad.safetensors").string();

@@ -409,18 +409,26 @@ struct redis_tier::impl {
   }
 
   /**
-   * Runs one command per element of @p todo on the servers owning their keys, pipelined, within
-   * @p deadline. make(i, argv, lens) builds element i's command; on_reply(i, reply) takes its
-   * reply. Elements that got no reply stay in @p todo's returned rest.
+   * Runs the elements of @p todo on the servers owning their keys, pipelined, within @p deadline.
+   * A command carries up to @p per_cmd elements (MGET / MSET; 1 on a Redis Cluster, whose
+   * multi-key commands must stay in one slot). make(idx, argv, lens) builds the command of the
+   * elements idx; on_reply(idx, reply) takes its reply. Elements that got no reply are misses.
    */
   template <class Make, class OnReply>
   void run(conn_set& cs, std::vector<std::string> const& skeys, std::vector<std::size_t> todo,
-           clock_type::time_point deadline, Make&& make, OnReply&& on_reply) {
+           clock_type::time_point deadline, std::size_t per_cmd, Make&& make, OnReply&& on_reply) {
     auto const t0 = clock_type::now();
+    std::vector<char const*> argv;
+    std::vector<std::size_t> lens;
     for (int attempt = 0; attempt < 2 && !todo.empty(); ++attempt) {
       if (!cs.mapped) { learn_map(cs, false); }
+      std::size_t const group = cs.cluster ? 1 : std::max<std::size_t>(1, per_cmd);
       std::vector<std::vector<std::size_t>> by_server(cs.servers.size());
-      for (std::size_t i : todo) { by_server[cs.owner[redis_hash_slot(skeys[i])]].push_back(i); }
+      if (cs.servers.size() == 1 && !cs.cluster) {
+        by_server[0] = todo;  // one plain server owns every slot: no need to hash
+      } else {
+        for (std::size_t i : todo) { by_server[cs.owner[redis_hash_slot(skeys[i])]].push_back(i); }
+      }
       std::vector<std::size_t> moved;
       for (std::size_t sv = 0; sv < by_server.size(); ++sv) {
         auto const& items = by_server[sv];
@@ -430,7 +438,9 @@ struct redis_tier::impl {
           skipped.fetch_add(items.size(), std::memory_order_relaxed);
           continue;
         }
-        std::size_t const depth = std::max<std::size_t>(1, opt.pipeline);
+        // Elements sent before waiting: `pipeline` single-key commands, or eight multi-key ones
+        // (so a huge batch does not build one huge output buffer).
+        std::size_t const depth = group > 1 ? group * 8 : std::max<std::size_t>(1, opt.pipeline);
         for (std::size_t b = 0; b < items.size() && s.ctx != nullptr; b += depth) {
           auto const left = std::chrono::duration_cast<milliseconds>(deadline - clock_type::now());
           if (left.count() <= 0) {
@@ -441,16 +451,15 @@ struct redis_tier::impl {
           }
           redisSetTimeout(s.ctx, to_timeval(left));
           std::size_t const e = std::min(items.size(), b + depth);
-          std::vector<char const*> argv;
-          std::vector<std::size_t> lens;
-          for (std::size_t k = b; k < e; ++k) {
+          for (std::size_t k = b; k < e; k += group) {
             argv.clear();
             lens.clear();
-            make(items[k], argv, lens);
+            make(std::span(items).subspan(k, std::min(group, e - k)), argv, lens);
             redisAppendCommandArgv(s.ctx, int(argv.size()), argv.data(), lens.data());
           }
           round_trips.fetch_add(1, std::memory_order_relaxed);
-          for (std::size_t k = b; k < e; ++k) {
+          for (std::size_t k = b; k < e; k += group) {
+            auto const idx = std::span(items).subspan(k, std::min(group, e - k));
             void* raw = nullptr;
             if (redisGetReply(s.ctx, &raw) != REDIS_OK) {
               bool const slow = s.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -463,10 +472,10 @@ struct redis_tier::impl {
             reply_ptr r{static_cast<redisReply*>(raw)};
             if (r.r->type == REDIS_REPLY_ERROR &&
                 (std::strncmp(r.r->str, "MOVED", 5) == 0 || std::strncmp(r.r->str, "ASK", 3) == 0)) {
-              moved.push_back(items[k]);
+              moved.insert(moved.end(), idx.begin(), idx.end());
               continue;
             }
-            on_reply(items[k], r.r);
+            on_reply(idx, r.r);
           }
         }
       }
@@ -508,8 +517,28 @@ struct redis_tier::impl {
     for (std::size_t i = 0; i < todo.size(); ++i) { todo[i] = i; }
     std::string const px = std::to_string(opt.ttl.count() * 1000);
     std::size_t stored = 0;
-    run(cs, skeys, todo, clock_type::now() + opt.timeout,
-        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
+    // Without a TTL, MSET stores up to `pipeline` values per command; SET ... PX is one each.
+    bool const multi = opt.ttl.count() == 0 && opt.pipeline > 1;
+    auto count = [&](std::size_t i) {
+      ++stored;
+      puts.fetch_add(1, std::memory_order_relaxed);
+      put_bytes.fetch_add(payload[i], std::memory_order_relaxed);
+    };
+    run(cs, skeys, todo, clock_type::now() + opt.timeout, multi ? opt.pipeline : 1,
+        [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
+            std::vector<std::size_t>& lens) {
+          if (idx.size() > 1) {
+            argv.push_back("MSET");
+            lens.push_back(4);
+            for (std::size_t i : idx) {
+              argv.push_back(skeys[i].data());
+              lens.push_back(skeys[i].size());
+              argv.push_back(values[i].data());
+              lens.push_back(values[i].size());
+            }
+            return;
+          }
+          std::size_t const i = idx[0];
           argv = {"SET", skeys[i].data(), values[i].data()};
           lens = {3, skeys[i].size(), values[i].size()};
           if (opt.ttl.count() > 0) {
@@ -519,13 +548,12 @@ struct redis_tier::impl {
             lens.push_back(px.size());
           }
         },
-        [&](std::size_t i, redisReply* r) {
+        [&](std::span<std::size_t const> idx, redisReply* r) {
           if (r->type == REDIS_REPLY_STATUS) {
-            ++stored;
-            puts.fetch_add(1, std::memory_order_relaxed);
-            put_bytes.fetch_add(payload[i], std::memory_order_relaxed);
+            for (std::size_t i : idx) { count(i); }
           } else {
-            note_error("SET refused: " + std::string(r->type == REDIS_REPLY_ERROR ? r->str : "?"));
+            note_error(std::string(idx.size() > 1 ? "MSET" : "SET") + " refused: " +
+                       std::string(r->type == REDIS_REPLY_ERROR ? r->str : "?"));
           }
         });
     return stored;
@@ -607,30 +635,46 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
   for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
   std::size_t hit = 0;
   std::lock_guard lock(m.fg_mu);
-  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout,
-        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
-          argv = {"GET", skeys[i].data()};
-          lens = {3, skeys[i].size()};
+  auto take = [&](std::size_t i, redisReply const* r) {
+    if (r->type == REDIS_REPLY_NIL) { return; }
+    if (r->type != REDIS_REPLY_STRING) {
+      m.note_error("GET " + skeys[i] + ": unexpected reply");
+      return;
+    }
+    auto const c = check_remote_value(r->str, r->len, keys[i], sizes[i]);
+    if (c != remote_value_check::ok) {
+      m.integrity.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard el(m.err_mu);
+      m.last_error = "value of " + skeys[i] + " rejected: " + to_string(c);
+      return;
+    }
+    if (sizes[i] != 0) { std::memcpy(dst[i], r->str + sizeof(remote_value_header), sizes[i]); }
+    found[i] = true;
+    ++hit;
+    m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
+  };
+  // pipeline 1 is the one-round-trip-per-key baseline: GET each. Otherwise MGET carries up to
+  // `pipeline` keys per command, which costs the server far less than as many GETs.
+  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, m.opt.pipeline,
+        [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
+            std::vector<std::size_t>& lens) {
+          argv.push_back(idx.size() > 1 ? "MGET" : "GET");
+          lens.push_back(idx.size() > 1 ? 4 : 3);
+          for (std::size_t i : idx) {
+            argv.push_back(skeys[i].data());
+            lens.push_back(skeys[i].size());
+          }
         },
-        [&](std::size_t i, redisReply* r) {
-          if (r->type == REDIS_REPLY_NIL) { return; }
-          if (r->type != REDIS_REPLY_STRING) {
-            m.note_error("GET " + skeys[i] + ": unexpected reply");
+        [&](std::span<std::size_t const> idx, redisReply* r) {
+          if (idx.size() == 1) {
+            take(idx[0], r);
             return;
           }
-          auto const c = check_remote_value(r->str, r->len, keys[i], sizes[i]);
-          if (c != remote_value_check::ok) {
-            m.integrity.fetch_add(1, std::memory_order_relaxed);
-            std::lock_guard el(m.err_mu);
-            m.last_error = "value of " + skeys[i] + " rejected: " + to_string(c);
+          if (r->type != REDIS_REPLY_ARRAY || r->elements != idx.size()) {
+            m.note_error("MGET: unexpected reply");
             return;
           }
-          if (sizes[i] != 0) {
-            std::memcpy(dst[i], r->str + sizeof(remote_value_header), sizes[i]);
-          }
-          found[i] = true;
-          ++hit;
-          m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
+          for (std::size_t j = 0; j < idx.size(); ++j) { take(idx[j], r->element[j]); }
         });
   m.hits.fetch_add(hit, std::memory_order_relaxed);
   m.misses.fetch_add(n - hit, std::memory_order_relaxed);
@@ -697,12 +741,14 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
   for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
   std::size_t count = 0;
   std::lock_guard lock(m.fg_mu);
-  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout,
-        [&](std::size_t i, std::vector<char const*>& argv, std::vector<std::size_t>& lens) {
-          argv = {"EXISTS", skeys[i].data()};
-          lens = {6, skeys[i].size()};
+  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, 1,
+        [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
+            std::vector<std::size_t>& lens) {
+          argv = {"EXISTS", skeys[idx[0]].data()};
+          lens = {6, skeys[idx[0]].size()};
         },
-        [&](std::size_t i, redisReply* r) {
+        [&](std::span<std::size_t const> idx, redisReply* r) {
+          std::size_t const i = idx[0];
           if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
             found[i] = true;
             ++count;

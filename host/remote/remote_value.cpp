@@ -31,8 +31,8 @@ std::uint32_t crc_soft(unsigned char const* p, std::size_t n, std::uint32_t c) n
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) std::uint32_t crc_hw(unsigned char const* p, std::size_t n,
-                                                        std::uint32_t c) noexcept {
+__attribute__((target("sse4.2"))) std::uint32_t crc_hw_serial(unsigned char const* p, std::size_t n,
+                                                               std::uint32_t c) noexcept {
   std::uint64_t c64 = c;
   for (; n >= 8; n -= 8, p += 8) {
     std::uint64_t w;
@@ -42,6 +42,57 @@ __attribute__((target("sse4.2"))) std::uint32_t crc_hw(unsigned char const* p, s
   c = static_cast<std::uint32_t>(c64);
   for (; n > 0; --n, ++p) { c = _mm_crc32_u8(c, *p); }
   return c;
+}
+
+// The crc32 instruction has a latency of 3 cycles and a throughput of 1: three independent
+// streams over neighbouring blocks run about 3x faster than one. The raw CRC register is linear,
+// so crc(A|B|C, c) = shift(crc(A, c), |B|+|C|) ^ shift(crc(B, 0), |C|) ^ crc(C, 0), where
+// shift(v, L) is the register after L zero bytes: a linear map, applied with four byte tables.
+constexpr std::size_t block = 256;
+
+struct shift_table {
+  std::uint32_t t[4][256];
+  explicit shift_table(std::size_t zero_bytes) {
+    std::uint32_t basis[32];
+    for (int b = 0; b < 32; ++b) {
+      std::uint32_t c = std::uint32_t{1} << b;
+      for (std::size_t i = 0; i < zero_bytes; ++i) { c = table[c & 0xffu] ^ (c >> 8); }
+      basis[b] = c;
+    }
+    for (int j = 0; j < 4; ++j) {
+      for (std::uint32_t v = 0; v < 256; ++v) {
+        std::uint32_t r = 0;
+        for (int b = 0; b < 8; ++b) {
+          if ((v >> b) & 1u) { r ^= basis[8 * j + b]; }
+        }
+        t[j][v] = r;
+      }
+    }
+  }
+  std::uint32_t operator()(std::uint32_t c) const noexcept {
+    return t[0][c & 0xffu] ^ t[1][(c >> 8) & 0xffu] ^ t[2][(c >> 16) & 0xffu] ^ t[3][c >> 24];
+  }
+};
+
+__attribute__((target("sse4.2"))) std::uint32_t crc_hw(unsigned char const* p, std::size_t n,
+                                                        std::uint32_t c) noexcept {
+  if (n >= 3 * block) {
+    static shift_table const one(block), two(2 * block);
+    for (; n >= 3 * block; n -= 3 * block, p += 3 * block) {
+      std::uint64_t a = c, b = 0, d = 0;
+      for (std::size_t i = 0; i < block; i += 8) {
+        std::uint64_t wa, wb, wd;
+        std::memcpy(&wa, p + i, 8);
+        std::memcpy(&wb, p + block + i, 8);
+        std::memcpy(&wd, p + 2 * block + i, 8);
+        a = _mm_crc32_u64(a, wa);
+        b = _mm_crc32_u64(b, wb);
+        d = _mm_crc32_u64(d, wd);
+      }
+      c = two(std::uint32_t(a)) ^ one(std::uint32_t(b)) ^ std::uint32_t(d);
+    }
+  }
+  return crc_hw_serial(p, n, c);
 }
 bool const have_sse42 = __builtin_cpu_supports("sse4.2");
 #endif

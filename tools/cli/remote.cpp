@@ -5,7 +5,10 @@
 #include <ccht/cache/redis_tier.hpp>
 #endif
 
+#include <ccht/error.hpp>
+
 #include <stdexcept>
+#include <string>
 
 namespace ccht::cli {
 
@@ -23,7 +26,11 @@ std::unique_ptr<remote_store> make_remote(remote_cli_options const& o) {
   r.ttl = std::chrono::seconds(o.ttl_s);
   r.timeout = std::chrono::milliseconds(o.timeout_ms);
   r.pipeline = o.pipeline;
-  return std::make_unique<redis_tier>(r);
+  try {
+    return std::make_unique<redis_tier>(r);
+  } catch (ccht::error const& e) {  // a malformed URL, a refused password: bad --remote (exit 2)
+    throw std::invalid_argument(std::string("--remote: ") + e.what());
+  }
 #else
   throw std::invalid_argument("--remote: this ccht was built without hiredis (install "
                               "libhiredis-dev and reconfigure with CCHT_WITH_REDIS=AUTO or ON)");

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,7 +61,8 @@ struct model_loader_options {
   std::chrono::milliseconds wait = std::chrono::seconds(60);  ///< longest wait for another filler
   /// A shared remote tier (not owned): fills look there first, page by page (the cache's page
   /// size is the chunk), and write the pages they read from the file to it. Keys come from the
-  /// file's header and size (content_key), not its inode, so every node finds the same chunks.
+  /// file's header, size and sampled bytes (content_key), not its inode, so every node finds the
+  /// same chunks.
   remote_store* remote = nullptr;
 };
 
@@ -80,12 +82,19 @@ key_type file_key(file_identity const& id) noexcept;
 key_type tensor_key(file_identity const& id, std::string_view name) noexcept;
 
 /**
- * @brief A key for a file's contents that other machines compute alike: a hash of the file size
- *        and its header (every tensor's name, dtype, shape and offsets, and the metadata). Two
- *        files with equal headers and sizes but other bytes would share it: give each model
- *        store its own remote prefix, or write a version into `__metadata__`.
+ * @brief A key for a file's header that other machines compute alike: a hash of the file size
+ *        and its header (every tensor's name, dtype, shape and offsets, and the metadata). Equal
+ *        for fine-tunes of one base model: the remote tier keys by the overload below.
  */
 key_type content_key(st_header const& header, std::uint64_t file_size) noexcept;
+/**
+ * @brief The remote tier's key for a file's contents: content_key(header, file_size) mixed with
+ *        four 64-byte samples of every tensor, read from @p path (a few small reads), so that
+ *        files with equal headers and other weights get other keys. Files that differ only
+ *        between the samples still share it: give each such model store its own remote prefix.
+ * @throws ccht::error invalid_argument when @p path cannot be read
+ */
+key_type content_key(st_header const& header, std::uint64_t file_size, std::string const& path);
 /// Remote key of chunk @p index of an object whose contents key is @p content (segment keys:
 /// content_key for model_layout::packed, mixed with the tensor name per tensor).
 key_type remote_chunk_key(key_type content, std::uint32_t index) noexcept;
@@ -196,8 +205,10 @@ class model_loader {
   struct known_file {
     file_identity id;
     std::shared_ptr<st_header const> header;
+    std::optional<key_type> content;  // content_key with samples, once a remote tier asked
   };
   std::shared_ptr<st_header const> header_for(std::string const& path, file_identity const& id);
+  key_type content_for(std::string const& path, file_identity const& id, st_header const& h);
 
   weight_cache<Backend>& cache_;
   model_loader_options options_;

@@ -34,7 +34,7 @@ std::shared_ptr<st_header const> model_loader<Backend>::header_for(std::string c
     std::lock_guard lock(mu_);
     auto& slot = files_[path];
     if (slot.header && !(slot.id == id)) { old_header = slot.header; }
-    slot = known_file{id, header};
+    slot = known_file{id, header, std::nullopt};
   }
   if (old && old_header) {  // a new version: its predecessor's unpinned objects go now
     std::vector<key_type> stale{file_key(*old)};
@@ -42,6 +42,27 @@ std::shared_ptr<st_header const> model_loader<Backend>::header_for(std::string c
     cache_.erase(stale);
   }
   return header;
+}
+
+template <class Backend>
+key_type model_loader<Backend>::content_for(std::string const& path, file_identity const& id,
+                                            st_header const& h) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = files_.find(path);
+    if (it != files_.end() && it->second.id == id && it->second.content) {
+      return *it->second.content;
+    }
+  }
+  key_type const k = content_key(h, id.size, path);  // a few small reads: once per version
+  if (!(identify_file(path) == id)) {
+    throw error(error_code::invalid_argument, path + ": the file changed while it was sampled");
+  }
+  std::lock_guard lock(mu_);
+  if (auto it = files_.find(path); it != files_.end() && it->second.id == id) {
+    it->second.content = k;
+  }
+  return k;
 }
 
 template <class Backend>
@@ -57,7 +78,7 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     std::size_t bytes;
     key_type remote = 0;  // contents key of the remote tier's chunks
   };
-  key_type const content = options_.remote != nullptr ? content_key(*h, id.size) : 0;
+  key_type const content = options_.remote != nullptr ? content_for(path, id, *h) : 0;
   std::vector<segment> segs;
   std::vector<std::size_t> seg_of(h->tensors.size(), SIZE_MAX);
   if (options_.layout == model_layout::packed) {
