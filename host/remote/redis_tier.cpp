@@ -248,6 +248,7 @@ struct redis_tier::impl {
   std::deque<queued_value> queue;
   std::size_t queue_bytes = 0;
   bool busy = false, stopping = false;
+  int flushing = 0;  // flush() callers waiting: the writer does not linger for them
   conn_set bg;  // the writer thread's only
   std::thread writer;
 
@@ -567,6 +568,11 @@ struct redis_tier::impl {
       std::vector<std::string> skeys, values;
       std::vector<std::size_t> payload;
       std::size_t const take = std::max<std::size_t>(1, opt.pipeline) * 4;
+      if (opt.write_linger.count() > 0) {  // a fuller batch: fewer round trips per value
+        q_cv.wait_for(lock, opt.write_linger, [&] {
+          return stopping || flushing > 0 || queue.size() >= std::max<std::size_t>(1, opt.pipeline);
+        });
+      }
       std::size_t bytes = 0;
       while (!queue.empty() && skeys.size() < take) {
         auto& q = queue.front();
@@ -760,7 +766,11 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
 bool redis_tier::flush(std::chrono::milliseconds timeout) {
   impl& m = *impl_;
   std::unique_lock lock(m.q_mu);
-  return m.idle_cv.wait_for(lock, timeout, [&] { return m.queue.empty() && !m.busy; });
+  ++m.flushing;
+  m.q_cv.notify_all();
+  bool const done = m.idle_cv.wait_for(lock, timeout, [&] { return m.queue.empty() && !m.busy; });
+  --m.flushing;
+  return done;
 }
 
 remote_stats redis_tier::stats() const {

@@ -80,6 +80,9 @@ struct redis_options {
   std::chrono::milliseconds backoff_max{2000}; ///< longest wait between retries
   std::size_t pipeline = 128;       ///< commands sent before waiting for replies (1: one RTT each)
   std::size_t queue_bytes = std::size_t{64} << 20;  ///< write-back queue bound (payload bytes)
+  /// Longest the write-back thread waits for `pipeline` values before it sends fewer (a fuller
+  /// batch costs fewer round trips; flush() does not wait for it). 0: send at once.
+  std::chrono::milliseconds write_linger{2};
   std::string password_env = "CCHT_REDIS_PASSWORD";  ///< password when the URL has none
 };
 
