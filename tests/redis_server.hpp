@@ -155,3 +155,12 @@ struct reply_guard {
 };
 
 }  // namespace ccht::test
+
+/// Starts @p server, or skips the current test saying why it could not.
+#define START_OR_SKIP(server)                                      \
+  do {                                                             \
+    if (auto const why = (server).start(); !why.empty()) {         \
+      GTEST_SKIP() << "no redis-server for this test: " << why;    \
+    }                                                              \
+  } while (0)
+

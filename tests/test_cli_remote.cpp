@@ -105,13 +105,6 @@ std::string write_trace(fs::path const& dir) {
   return p;
 }
 
-#define START_OR_SKIP(server)                                          \
-  do {                                                                 \
-    if (auto const why = (server).start(); !why.empty()) {             \
-      GTEST_SKIP() << "no redis-server for this test: " << why;        \
-    }                                                                  \
-  } while (0)
-
 TEST(CliRemote, KvReplayInASecondProcessHitsWhatTheFirstWrote) {
   redis_server server;
   START_OR_SKIP(server);

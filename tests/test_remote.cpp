@@ -25,13 +25,6 @@ using ccht::redis_tier;
 using ccht::test::redis_server;
 using ccht::test::reply_guard;
 
-#define START_OR_SKIP(server)                                                              \
-  do {                                                                                     \
-    if (auto why = (server).start(); !why.empty()) {                                        \
-      GTEST_SKIP() << "no redis-server for this test: " << why;                             \
-    }                                                                                      \
-  } while (0)
-
 /// Values of a batch: bytes from a seed, of the sizes given.
 struct batch {
   std::vector<key_type> keys;

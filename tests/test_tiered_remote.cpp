@@ -30,13 +30,6 @@ using ccht::page_status;
 using ccht::test::redis_server;
 using tiered = ccht::tiered_page_cache<ccht::cpu_backend>;
 
-#define START_OR_SKIP(server)                                                              \
-  do {                                                                                     \
-    if (auto why = (server).start(); !why.empty()) {                                        \
-      GTEST_SKIP() << "no redis-server for this test: " << why;                             \
-    }                                                                                      \
-  } while (0)
-
 constexpr std::size_t page_bytes = 512;
 
 void pattern(key_type k, std::byte* p) {

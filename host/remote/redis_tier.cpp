@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -65,6 +66,13 @@ timeval to_timeval(milliseconds ms) {
 
 std::string where(redis_endpoint const& e) {
   return e.socket.empty() ? e.host + ":" + std::to_string(e.port) : "unix:" + e.socket;
+}
+
+/// 0, 1, ..., n - 1: the elements of a batch still to be sent.
+std::vector<std::size_t> every_index(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  std::iota(v.begin(), v.end(), std::size_t{0});
+  return v;
 }
 
 struct reply_ptr {
@@ -514,8 +522,7 @@ struct redis_tier::impl {
   std::size_t set_values(conn_set& cs, std::vector<std::string> const& skeys,
                          std::vector<std::string> const& values,
                          std::vector<std::size_t> const& payload) {
-    std::vector<std::size_t> todo(skeys.size());
-    for (std::size_t i = 0; i < todo.size(); ++i) { todo[i] = i; }
+    std::vector<std::size_t> todo = every_index(skeys.size());
     std::string const px = std::to_string(opt.ttl.count() * 1000);
     std::size_t stored = 0;
     // Without a TTL, MSET stores up to `pipeline` values per command; SET ... PX is one each.
@@ -637,8 +644,7 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
   if (n == 0) { return 0; }
   m.gets.fetch_add(n, std::memory_order_relaxed);
   auto const skeys = m.stored_keys(keys);
-  std::vector<std::size_t> todo(n);
-  for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
+  std::vector<std::size_t> todo = every_index(n);
   std::size_t hit = 0;
   std::lock_guard lock(m.fg_mu);
   auto take = [&](std::size_t i, redisReply const* r) {
@@ -743,8 +749,7 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
   if (n == 0) { return 0; }
   m.exists_checks.fetch_add(n, std::memory_order_relaxed);
   auto const skeys = m.stored_keys(keys);
-  std::vector<std::size_t> todo(n);
-  for (std::size_t i = 0; i < n; ++i) { todo[i] = i; }
+  std::vector<std::size_t> todo = every_index(n);
   std::size_t count = 0;
   std::lock_guard lock(m.fg_mu);
   m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, 1,
