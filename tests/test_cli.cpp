@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -764,6 +765,51 @@ TEST(Cli, CompareWritesCsvAndJsonl) {
     if (!line.empty()) { ++n; }
   }
   EXPECT_EQ(n, expected);
+  EXPECT_NE(header.find("miss_ratio,evictions,seconds,throughput,backend,batch"), std::string::npos)
+      << header;
+
+  // The Markdown (stdout and compare.md) fits 100 columns, and its tables, split by columns,
+  // still hold every (workload, capacity, policy) miss ratio and every ccht-* gap.
+  for (std::string const& md : {r.out, slurp(out / "compare.md")}) {
+    std::set<std::tuple<std::string, std::string, std::size_t>> cells, gap_cells;
+    std::istringstream in(md);
+    std::string l, section;
+    std::vector<std::string> head;
+    auto split_row = [](std::string const& row) {
+      std::vector<std::string> v;
+      std::istringstream cs(row.substr(1));
+      std::string c;
+      while (std::getline(cs, c, '|')) {
+        auto const b = c.find_first_not_of(' '), e = c.find_last_not_of(' ');
+        v.push_back(b == std::string::npos ? "" : c.substr(b, e - b + 1));
+      }
+      return v;
+    };
+    while (std::getline(in, l)) {
+      EXPECT_LE(l.size(), 100u) << l;
+      if (l.rfind("### ", 0) == 0) { section = l.substr(4); head.clear(); continue; }
+      if (l.rfind("## ", 0) == 0) { section.clear(); head.clear(); continue; }
+      if (l.empty() || l[0] != '|') { head.clear(); continue; }
+      if (l.rfind("|-", 0) == 0) { continue; }
+      auto const v = split_row(l);
+      if (head.empty()) { head = v; continue; }
+      if (section.empty() || head[0] != "policy") { continue; }  // the throughput table
+      for (std::size_t c = 1; c < v.size() && c < head.size(); ++c) {
+        auto const at = head[c].find('@');
+        ASSERT_NE(at, std::string::npos) << head[c];
+        std::size_t const cap = std::stoul(head[c].substr(at + 1));
+        if (head[c].rfind("m@", 0) == 0) {
+          cells.emplace(section, v[0], cap);
+        } else if (!v[c].empty()) {
+          gap_cells.emplace(section, v[0], cap);
+        }
+      }
+    }
+    EXPECT_EQ(cells, keys) << md;
+    std::size_t ccht_cells = 0;
+    for (auto const& k : keys) { ccht_cells += std::get<1>(k).rfind("ccht-", 0) == 0 ? 1 : 0; }
+    EXPECT_EQ(gap_cells.size(), ccht_cells) << md;
+  }
 }
 
 TEST(Cli, CompareOnATrace) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <set>
 #include <stdexcept>
 #include <unordered_set>
@@ -192,33 +193,41 @@ int cmd_compare(compare_options opt) {
   }
   bar.finish();
 
-  // Miss ratios, one row per (workload, capacity), with the gap of each ccht-* to exact lru.
-  std::vector<std::string> header{"workload", "capacity"};
-  for (auto const& p : opt.policies) { header.push_back(p); }
+  // One table per workload, a row per policy: miss ratio at each capacity, then the gap of each
+  // ccht-* to exact lru. The old single table (every policy and gap as a column) was 17 columns
+  // and wrapped on any terminal; these are split to 100 columns where there are many capacities.
   bool const has_lru = std::find(opt.policies.begin(), opt.policies.end(), "lru") != opt.policies.end();
-  if (has_lru) {
-    for (auto const& p : opt.policies) {
-      if (p.rfind("ccht-", 0) == 0) { header.push_back(p + " gap (pp)"); }
-    }
-  }
-  markdown_table misses(header);
-  std::map<std::pair<std::string, std::size_t>, std::map<std::string, double>> grid;
-  std::vector<std::pair<std::string, std::size_t>> order;
+  std::vector<std::string> workloads;
+  std::map<std::string, std::vector<std::size_t>> caps_of;
+  std::map<std::tuple<std::string, std::string, std::size_t>, double> miss;
   for (auto const& r : rows) {
-    auto key = std::make_pair(r.trace, r.capacity);
-    if (!grid.count(key)) { order.push_back(key); }
-    grid[key][r.policy] = r.miss_ratio();
+    if (!caps_of.count(r.trace)) { workloads.push_back(r.trace); }
+    auto& caps = caps_of[r.trace];
+    if (std::find(caps.begin(), caps.end(), r.capacity) == caps.end()) { caps.push_back(r.capacity); }
+    miss[{r.trace, r.policy, r.capacity}] = r.miss_ratio();
   }
-  for (auto const& key : order) {
-    auto& m = grid[key];
-    std::vector<std::string> cells{key.first, std::to_string(key.second)};
-    for (auto const& p : opt.policies) { cells.push_back(fixed(m[p], 4)); }
+  constexpr std::size_t width = 100;
+  std::string miss_md;
+  for (auto const& w : workloads) {
+    auto const& caps = caps_of[w];
+    std::vector<std::string> header{"policy"};
+    for (auto c : caps) { header.push_back("m@" + std::to_string(c)); }
     if (has_lru) {
-      for (auto const& p : opt.policies) {
-        if (p.rfind("ccht-", 0) == 0) { cells.push_back(fixed(100.0 * (m[p] - m["lru"]), 2)); }
-      }
+      for (auto c : caps) { header.push_back("gap@" + std::to_string(c)); }
     }
-    misses.add(cells);
+    markdown_table t(header);
+    for (auto const& p : opt.policies) {
+      std::vector<std::string> cells{p};
+      for (auto c : caps) { cells.push_back(fixed(miss[{w, p, c}], 4)); }
+      if (has_lru) {
+        bool const ccht = p.rfind("ccht-", 0) == 0;
+        for (auto c : caps) {
+          cells.push_back(ccht ? fixed(100.0 * (miss[{w, p, c}] - miss[{w, "lru", c}]), 2) : "");
+        }
+      }
+      t.add(cells);
+    }
+    miss_md += "### " + w + "\n\n" + t.str_fitting(width, 1) + "\n";
   }
 
   // Throughput per policy: requests over the summed replay time.
@@ -236,8 +245,10 @@ int cmd_compare(compare_options opt) {
     speed.add({p, backend, fixed(reqs, 0), fixed(secs, 3), fixed(secs > 0 ? reqs / secs / 1e6 : 0, 2)});
   }
 
-  std::printf("## Miss ratio (gap = ccht miss ratio minus exact lru, percentage points)\n\n%s\n",
-              misses.str().c_str());
+  char const* const title = has_lru ? "## Miss ratio m@capacity; gap@capacity = ccht-* miss ratio minus "
+                                       "exact lru's (points)\n\n"
+                                     : "## Miss ratio at each capacity (m@capacity)\n\n";
+  std::printf("%s%s", title, miss_md.c_str());
   std::printf("## Throughput (batch %zu, %s backend for ccht-*)\n\n%s", opt.replay.batch,
               opt.replay.backend.c_str(), speed.str().c_str());
 
@@ -265,7 +276,7 @@ int cmd_compare(compare_options opt) {
       js << json_line(r) << '\n';
     }
     std::ofstream md(opt.out_dir + "/compare.md");
-    md << "## Miss ratio\n\n" << misses.str() << "\n## Throughput\n\n" << speed.str();
+    md << title << miss_md << "## Throughput\n\n" << speed.str();
     if (!csv || !js || !md) { throw std::runtime_error("cannot write results to " + opt.out_dir); }
   }
   std::fprintf(stderr, "\nresults: %s (compare.csv, compare.jsonl, compare.md", opt.out_dir.c_str());

@@ -35,12 +35,52 @@ std::string markdown_table::str() const {
   line(header_, true);
   o << '|';
   for (std::size_t c = 0; c < w.size(); ++c) {
-    bool const right = !rows_.empty() && c < rows_[0].size() && numeric(rows_[0][c]);
+    bool right = false;  // by the column's first non-empty cell
+    for (auto const& r : rows_) {
+      if (c < r.size() && !r[c].empty()) {
+        right = numeric(r[c]);
+        break;
+      }
+    }
     o << (right ? std::string(w[c] + 1, '-') + ":|" : std::string(w[c] + 2, '-') + "|");
   }
   o << '\n';
   for (auto const& r : rows_) { line(r, false); }
   return o.str();
+}
+
+std::string markdown_table::str_fitting(std::size_t width, std::size_t keep) const {
+  keep = std::min(keep, header_.size());
+  auto col_width = [&](std::size_t c) {  // as str() pads it, with "| " and " " around
+    std::size_t w = std::max<std::size_t>(3, header_[c].size());
+    for (auto const& r : rows_) {
+      if (c < r.size()) { w = std::max(w, r[c].size()); }
+    }
+    return w + 3;
+  };
+  std::size_t base = 1;  // the closing '|'
+  for (std::size_t c = 0; c < keep; ++c) { base += col_width(c); }
+  std::string out;
+  for (std::size_t c = keep; c < header_.size() || (c == keep && c == header_.size());) {
+    std::vector<std::size_t> cols;
+    for (std::size_t k = 0; k < keep; ++k) { cols.push_back(k); }
+    std::size_t used = base;
+    while (c < header_.size() && (cols.size() == keep || used + col_width(c) <= width)) {
+      used += col_width(c);
+      cols.push_back(c++);
+    }
+    auto pick = [&](std::vector<std::string> const& r) {
+      std::vector<std::string> v;
+      for (std::size_t k : cols) { v.push_back(k < r.size() ? r[k] : ""); }
+      return v;
+    };
+    markdown_table part(pick(header_));
+    for (auto const& r : rows_) { part.add(pick(r)); }
+    if (!out.empty()) { out += '\n'; }
+    out += part.str();
+    if (cols.size() == keep) { break; }  // only key columns: one table
+  }
+  return out;
 }
 
 std::string fixed(double v, int digits) {

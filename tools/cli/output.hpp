@@ -17,6 +17,12 @@ class markdown_table {
   explicit markdown_table(std::vector<std::string> header) : header_(std::move(header)) {}
   void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   std::string str() const;
+  /**
+   * The same rows as tables no wider than @p width characters: each repeats the first @p keep
+   * columns and takes as many of the others, in order, as fit (at least one), so no terminal
+   * wraps them. Tables are separated by a blank line.
+   */
+  std::string str_fitting(std::size_t width, std::size_t keep) const;
 
  private:
   std::vector<std::string> header_;
