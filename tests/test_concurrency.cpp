@@ -151,10 +151,27 @@ void ref_op(Ref const& r, std::mt19937_64& rng, key_type lo, key_type width, std
   }
 }
 
+/// stress_mixed's figures for a table with a capacity below its slots.
+struct capacity_report {
+  std::size_t capacity = 0;
+  std::size_t max_size = 0;  ///< largest size() a monitor thread saw while the writers ran
+  std::size_t final_size = 0;
+};
+
 template <class Policy>
-void stress_mixed(std::size_t slots, key_type key_range, int num_threads, int iters,
-                  int cpu_threads) {
-  ccht::table<cpu, Policy> t(slots, {.cpu_threads = cpu_threads});
+capacity_report stress_mixed(std::size_t slots, key_type key_range, int num_threads, int iters,
+                             int cpu_threads, std::size_t capacity = 0,
+                             ccht::victim_search search = ccht::victim_search::tail_index) {
+  ccht::table<cpu, Policy> t(slots, {.cpu_threads = cpu_threads, .capacity = capacity,
+                                     .global_search = search});
+  capacity_report cap{t.capacity(), 0, 0};
+  std::atomic<bool> running{true};
+  std::thread monitor([&] {  // the transient overshoot: concurrent inserts past the capacity
+    while (running.load(std::memory_order_relaxed)) {
+      cap.max_size = std::max(cap.max_size, t.size());
+      std::this_thread::yield();
+    }
+  });
   std::vector<thread_log> logs(num_threads);
   std::latch start(num_threads);
   auto body = [&](int id) {
@@ -177,12 +194,40 @@ void stress_mixed(std::size_t slots, key_type key_range, int num_threads, int it
   std::vector<std::thread> threads;
   for (int i = 0; i < num_threads; ++i) { threads.emplace_back(body, i); }
   for (auto& th : threads) { th.join(); }
+  running.store(false);
+  monitor.join();
   report(logs);
   auto const present = check_export(t);
   check_conservation(logs, present);
   std::size_t ev = 0;
   for (auto const& l : logs) { ev += l.evictions; }
   EXPECT_GT(ev, 0u) << "the stress never filled a bucket pair";
+  cap.final_size = t.size();
+  EXPECT_EQ(cap.final_size, present.size());
+  return cap;
+}
+
+/// 16 threads on a double-LRU table at 0.9 of its slots: at quiescence the count is within the
+/// capacity (an insert whose global try-locks all fail evicts in its own buckets instead), and
+/// every key is found, reported evicted exactly once, or erased (check_conservation).
+template <class Policy>
+void capacity_holds(ccht::victim_search search) {
+  std::size_t const slots = 1024, capacity = slots * 9 / 10;
+  capacity_report const r = stress_mixed<Policy>(slots, 4000, 16, 20000 / work_scale, 1, capacity, search);
+  EXPECT_LE(r.final_size, r.capacity);
+  std::printf("[ capacity ] %s: capacity %zu, largest transient size %zu (overshoot %zd), final %zu\n",
+              Policy::name, r.capacity, r.max_size,
+              static_cast<std::ptrdiff_t>(r.max_size) - static_cast<std::ptrdiff_t>(r.capacity),
+              r.final_size);
+}
+TEST(Concurrency, CapacityHoldsUnderContentionDoubleLru) {
+  capacity_holds<ccht::double_lru>(ccht::victim_search::tail_index);
+}
+TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruSampled) {
+  capacity_holds<ccht::double_lru>(ccht::victim_search::sampled);
+}
+TEST(Concurrency, CapacityHoldsUnderContentionCoarseLru) {
+  capacity_holds<ccht::coarse_lru>(ccht::victim_search::sampled);
 }
 
 TEST(Concurrency, MixedBatchesTinyTableLru) {
