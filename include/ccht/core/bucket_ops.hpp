@@ -440,30 +440,6 @@ struct bucket_ops {
           if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
           status = op_status::inserted_evicted;
           note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
-        } else if (before >= v.capacity) {
-          // Every try-lock failed (contention only). Rather than leave the count above the
-          // capacity, evict the older tail of the two buckets this insert holds: the per-bucket
-          // LRU victim, which needs no further lock. Their tail words stay lower bounds.
-          int s1, s2;
-          score_type const r1 = detail::bucket_rank<global_layer::entry_lru>(tile, b1, s1);
-          score_type const r2 = detail::bucket_rank<global_layer::entry_lru>(tile, b2, s2);
-          bool const in_first = r1 <= r2;
-          bucket<BucketSize>& vb = in_first ? b1 : b2;
-          int const vs = in_first ? s1 : s2;
-          bool ok = (in_first ? r1 : r2) != detail::no_rank;  // an unpinned entry to evict
-          if constexpr (Policy::pinnable) {
-            ok = ok && (!v.optimistic_pins || detail::claim_score(tile, vb.scores[vs]));
-          }
-          if (ok) {
-            detail::count_value_read(acc);  // the victim's value, to report it
-            if (tile.thread_rank() == 0) {
-              evicted_key = detail::load_relaxed(vb.keys[vs]);
-              evicted_value = detail::load_relaxed(vb.values[vs]);
-              detail::store_relaxed(vb.keys[vs], empty_key);
-              detail::add_live(v.live, -1);
-            }
-            status = op_status::inserted_evicted;
-          }
         }
       }
     }

@@ -30,11 +30,10 @@
  * The inserting operation already holds its two candidate buckets' locks. To stay deadlock-free
  * it only *tries* to lock a third bucket; on failure it samples again. After every attempt fails
  * (possible only under contention) it walks the table from a sampled bucket, still with
- * try-locks, and gives up after one lap. The insert then evicts the older tail of its own two
- * buckets, which it holds (bucket_ops insert_with), so an overshoot outlives the insert only when
- * neither holds an unpinned entry. The live count can still exceed the capacity transiently, by
- * the inserts that added themselves and have not yet evicted. Run serially, the capacity is never
- * exceeded.
+ * try-locks, and gives up after one lap: the live count may then exceed the capacity by the
+ * number of such concurrent failures. Each later insert at or above the capacity evicts exactly
+ * one entry, so the overshoot stays until erases lower the count. Run serially, the capacity is
+ * never exceeded.
  */
 #pragma once
 
