@@ -270,9 +270,13 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     s.clock = reinterpret_cast<tick_type*>(misc);
     s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
     s.view.live = s.view.capacity != 0 ? reinterpret_cast<std::uint64_t*>(misc + 256) : nullptr;
+    // The upper level of the two-level index follows the tails, in the same allocation.
+    std::size_t const tail_words =
+        s.tail_index ? std::size_t{num_buckets} + (s.upper_index ? tail_index_lines(num_buckets) : 0)
+                     : 0;
     if (s.tail_index) {
-      s.view.tails = static_cast<score_type*>(
-          cuda_backend::allocate(std::size_t{num_buckets} * sizeof(score_type)));
+      s.view.tails = static_cast<score_type*>(cuda_backend::allocate(tail_words * sizeof(score_type)));
+      if (s.upper_index) { s.view.upper = s.view.tails + num_buckets; }
     }
     if (count_accesses) {
       s.counts = static_cast<access_counts*>(cuda_backend::allocate(sizeof(access_counts)));
@@ -297,8 +301,7 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
       check_cuda(cudaMemsetAsync(s.counts, 0, sizeof(access_counts), stream), "cudaMemsetAsync");
     }
     if (s.view.tails != nullptr) {  // no_rank: every bucket is empty
-      check_cuda(cudaMemsetAsync(s.view.tails, 0xff, std::size_t{num_buckets} * sizeof(score_type),
-                                 stream),
+      check_cuda(cudaMemsetAsync(s.view.tails, 0xff, tail_words * sizeof(score_type), stream),
                  "cudaMemsetAsync (tail index)");
     }
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -223,6 +223,9 @@ void capacity_holds(ccht::victim_search search) {
 TEST(Concurrency, CapacityHoldsUnderContentionDoubleLru) {
   capacity_holds<ccht::double_lru>(ccht::victim_search::tail_index);
 }
+TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruTwoLevel) {
+  capacity_holds<ccht::double_lru>(ccht::victim_search::two_level);
+}
 TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruSampled) {
   capacity_holds<ccht::double_lru>(ccht::victim_search::sampled);
 }

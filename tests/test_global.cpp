@@ -60,12 +60,14 @@ struct global_core {
   std::vector<ccht::bucket<Bs>> buckets;
   std::vector<std::uint32_t> versions;
   std::vector<ccht::score_type> tails;  // the tail index, when the search uses one
+  std::vector<ccht::score_type> upper;  // its upper level, for the two-level search
   std::uint64_t live = 0;
   ccht::bucket_array_view<Bs> view;
 
   global_core(std::uint32_t nb, std::uint64_t seed, std::uint64_t capacity, std::uint32_t samples,
-              bool tail_index = false)
-      : buckets(nb), versions(nb, 0), tails(nb, ccht::detail::no_rank) {
+              bool tail_index = false, bool two_level = false)
+      : buckets(nb), versions(nb, 0), tails(nb, ccht::detail::no_rank),
+        upper(ccht::detail::tail_index_lines(nb), ccht::detail::no_rank) {
     for (auto& b : buckets) {
       for (int s = 0; s < Bs; ++s) {
         b.keys[s] = ccht::empty_key;
@@ -80,7 +82,8 @@ struct global_core {
     view.live = &live;
     view.capacity = capacity;
     view.samples = samples;
-    view.tails = tail_index ? tails.data() : nullptr;
+    view.tails = tail_index || two_level ? tails.data() : nullptr;
+    view.upper = two_level ? upper.data() : nullptr;
   }
 
   /// "" when every tail word is a lower bound of its bucket's oldest score (global.hpp).
@@ -91,6 +94,12 @@ struct global_core {
         if (buckets[b].keys[s] != ccht::empty_key && buckets[b].scores[s] < tails[b]) {
           return "tail word of bucket " + std::to_string(b) + " (" + std::to_string(tails[b]) +
                  ") is above its entry's score " + std::to_string(buckets[b].scores[s]);
+        }
+        if (view.upper != nullptr && buckets[b].keys[s] != ccht::empty_key &&
+            buckets[b].scores[s] < upper[b / ccht::detail::tail_line_buckets]) {
+          return "upper word of line " + std::to_string(b / ccht::detail::tail_line_buckets) +
+                 " is above the score " + std::to_string(buckets[b].scores[s]) + " in bucket " +
+                 std::to_string(b);
         }
       }
     }
@@ -136,12 +145,22 @@ class global_model {
 
   global_model(ccht::bucket_array_view<Bs> const& spec_view, std::uint64_t capacity)
       : spec_(spec_view), capacity_(capacity), buckets_(spec_view.num_buckets),
-        tail_index_(spec_view.tails != nullptr) {}
+        tail_index_(spec_view.tails != nullptr), two_level_(spec_view.upper != nullptr) {}
 
   /// Buckets the first round of an eviction at @p tick ranks.
   std::vector<std::uint32_t> first_round(ccht::tick_type tick) const {
     std::vector<std::uint32_t> out;
-    if (tail_index_) {
+    if (two_level_) {
+      std::uint32_t const lines = ccht::detail::tail_index_lines(spec_.num_buckets);
+      std::uint32_t const start = ccht::detail::upper_window(spec_, tick, 0);
+      for (std::uint32_t j = 0; j < ccht::detail::upper_window_lines(spec_); ++j) {
+        std::uint32_t const l = (start + j) % lines;
+        for (std::uint32_t b = l * ccht::detail::tail_line_buckets;
+             b < (l + 1) * ccht::detail::tail_line_buckets; ++b) {
+          if (b < spec_.num_buckets) { out.push_back(b); }
+        }
+      }
+    } else if (tail_index_) {
       for (std::uint32_t l = 0; l < ccht::detail::tail_lines_for(spec_.samples); ++l) {
         std::uint32_t const first = ccht::detail::tail_line(spec_, tick, l);
         for (std::uint32_t b = first; b < first + ccht::detail::tail_line_buckets; ++b) {
@@ -309,6 +328,7 @@ class global_model {
   std::uint64_t count_ = 0;
   std::vector<bucket_state> buckets_;
   bool tail_index_;
+  bool two_level_;
 };
 
 template <class Policy>
@@ -321,9 +341,10 @@ struct model_stats {
 template <class Policy, int Bs>
 model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint32_t samples,
                              std::uint32_t universe, int steps, std::uint64_t seed,
-                             unsigned rng_seed, bool tail_index = false) {
+                             unsigned rng_seed, bool tail_index = false, bool two_level = false) {
   using ops = ccht::bucket_ops<Policy, Bs>;
-  global_core<Bs> t(nb, seed, capacity, samples, tail_index);
+  global_core<Bs> t(nb, seed, capacity, samples, tail_index, two_level);
+  tail_index = tail_index || two_level;
   global_model<layer_of<Policy>, Bs> m(t.view, capacity);
   std::mt19937_64 rng(rng_seed);
   ccht::scalar_tile const tile{};
@@ -473,15 +494,46 @@ TEST(GlobalModelTailIndex, BucketSize16TwoLines) {
   EXPECT_GT(st.global_evictions, 1000u / work_scale);
 }
 
+// The two-level index: the victim is the oldest entry of the drawn upper lines' buckets (256 per
+// upper line), and tail and upper words stay lower bounds.
+TEST(GlobalModelTwoLevel, BucketSize4FewerLinesThanAnUpperLine) {
+  // 40 buckets: three lines, one partial; one upper line covers them all.
+  auto const st = run_global_model<ccht::double_lru, 4>(40, 130, 256, 400, 30000, 0x2e1, 81,
+                                                        false, true);
+  EXPECT_GT(st.global_evictions, 3000u);
+  EXPECT_GT(st.bucket_evictions, 100u);
+}
+TEST(GlobalModelTwoLevel, BucketSize4SeveralUpperLinesSparse) {
+  // 600 buckets = 38 lines = 3 upper lines (the last partial); capacity 300 of 2400 slots, so
+  // many lines are empty and stale upper words are raised often.
+  auto const st = run_global_model<ccht::double_lru, 4>(600, 300, 256, 900, 30000, 0x5eed, 82,
+                                                        false, true);
+  EXPECT_GT(st.global_evictions, 3000u);
+}
+TEST(GlobalModelTwoLevel, BucketSize4TwoUpperLinesNearlyFull) {
+  // 700 buckets, capacity 2500 of 2800 slots, two upper lines per eviction: in-bucket
+  // evictions, erases and stale words at both levels.
+  auto const st = run_global_model<ccht::double_lru, 4>(700, 2500, 512, 5000, 40000 / work_scale,
+                                                        7, 83, false, true);
+  EXPECT_GT(st.global_evictions, 500u / work_scale);
+  EXPECT_GT(st.bucket_evictions, 500u / work_scale);
+}
+TEST(GlobalModelTwoLevel, BucketSize16) {
+  auto const st = run_global_model<ccht::double_lru, 16>(300, 2000, 256, 4000, 30000 / work_scale,
+                                                         0x71e5, 84, false, true);
+  EXPECT_GT(st.global_evictions, 1000u / work_scale);
+}
+
 /// LRU-CHT with the tail index: kicks move old entries between buckets, so each move must lower
 /// the destination's word. Serial random operations on nearly full tables; after every one, the
 /// words are lower bounds, every key written and not reported evicted or erased is found, and
 /// the live count is the number of entries.
 template <int Bs>
 void run_kickout_tail_bounds(std::uint32_t nb, std::uint64_t capacity, std::uint32_t max_kicks,
-                             std::uint32_t universe, int steps, unsigned rng_seed) {
+                             std::uint32_t universe, int steps, unsigned rng_seed,
+                             bool two_level = false) {
   using ops = ccht::bucket_ops<ccht::lru_cht, Bs>;
-  global_core<Bs> t(nb, 0x7a11, capacity, 64, true);
+  global_core<Bs> t(nb, 0x7a11, capacity, two_level ? 256 : 64, true, two_level);
   t.view.max_kicks = max_kicks;
   ccht::scalar_tile const tile{};
   std::mt19937_64 rng(rng_seed);
@@ -521,6 +573,10 @@ TEST(GlobalModelTailIndex, KickOutMovesLowerTheWordsBucketSize4) {
 }
 TEST(GlobalModelTailIndex, KickOutMovesLowerTheWordsBucketSize2) {
   run_kickout_tail_bounds<2>(40, 74, 2000, 300, 40000 / work_scale, 72);
+}
+TEST(GlobalModelTwoLevel, KickOutMovesLowerTheWordsBucketSize4) {
+  // 40 lines: three upper lines, the last partial; the moves must lower the upper words too.
+  run_kickout_tail_bounds<4>(640, 2400, 50, 6000, 40000 / work_scale, 73, true);
 }
 
 /// Storage in which a new key's two candidate buckets are empty and every entry sits in a third
@@ -981,10 +1037,19 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
   EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 1025})),
                     ccht::error_code::invalid_argument);
   EXPECT_NO_THROW((ccht::table<cpu, ccht::coarse_lru>(256, {.global_samples = 1024})));
-  // global_samples 0 is the search's default; only double LRU / LRU-CHT get a tail index.
+  // global_samples 0 is the search's default; only double LRU / LRU-CHT get a tail index, and
+  // only the two-level search (the default) its upper level.
   EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().samples,
-            ccht::default_tail_samples);
+            ccht::default_two_level_samples);
   EXPECT_NE((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().tails, nullptr);
+  EXPECT_NE((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().upper, nullptr);
+  ccht::table<cpu, ccht::double_lru> one_level(
+      256, {.capacity = 100, .global_search = ccht::victim_search::tail_index});
+  EXPECT_EQ(one_level.ref().view().samples, ccht::default_tail_samples);
+  EXPECT_NE(one_level.ref().view().tails, nullptr);
+  EXPECT_EQ(one_level.ref().view().upper, nullptr);
+  EXPECT_CCHT_ERROR((void)ccht::parse_victim_search("two_level"), ccht::error_code::invalid_argument);
+  EXPECT_EQ(ccht::parse_victim_search("two-level"), ccht::victim_search::two_level);
   EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(
                  256, {.capacity = 100, .global_search = ccht::victim_search::sampled}))
                 .ref().view().tails,
@@ -1138,6 +1203,17 @@ TEST(Concurrency, GlobalDoubleLruSampledTinyTable) {
 }
 TEST(Concurrency, GlobalDoubleLruSampledMediumTable) {
   stress_global<ccht::double_lru>(1024, 700, 2000, 20000 / work_scale, 8, 7, ccht::victim_search::sampled);
+}
+TEST(Concurrency, GlobalDoubleLruTwoLevelTinyTable) {
+  // 8 buckets, one line: the window is the whole table and every writer races for its oldest.
+  stress_global<ccht::double_lru>(128, 96, 300, 20000 / work_scale, 256, 9,
+                                  ccht::victim_search::two_level);
+}
+TEST(Concurrency, GlobalDoubleLruTwoLevelWrappingWindows) {
+  // 1200 buckets = 75 lines: windows of 16 lines start on multiples of 8 and some wrap; upper
+  // words go stale and are raised by compare-and-swap while inserts lower them.
+  stress_global<ccht::double_lru>(19200, 16000, 40000, 20000 / work_scale, 256, 10,
+                                  ccht::victim_search::two_level);
 }
 TEST(Concurrency, GlobalDoubleLruTailIndexFourLines) {
   // 64 buckets, four lines ranked per eviction: the whole table, so every writer races for the
@@ -1304,6 +1380,7 @@ TEST(GlobalAccounting, HandCheckedGlobalEviction) {
 TEST(GlobalAccounting, HandCheckedTailIndexEviction) {
   // double_lru, 2 buckets, capacity 2, one line of the tail index (16 ranked buckets).
   driver<cpu, ccht::double_lru> d(32, {.cpu_threads = 1, .capacity = 2, .global_samples = 16,
+                                       .global_search = ccht::victim_search::tail_index,
                                        .count_accesses = true});
   auto const a = d.t.access_stats();
   d.insert_or_assign({1}, {1});  // tick 1, into an empty bucket: its tail word is written
@@ -1329,6 +1406,37 @@ TEST(GlobalAccounting, HandCheckedTailIndexEviction) {
                 128 + 32 + 128 + (same ? 32u : 0u)},
                "tail-index eviction");
   EXPECT_EQ(d.t.ref().view().tails[bucket_of_1], same ? 3u : ccht::detail::no_rank);
+}
+
+TEST(GlobalAccounting, HandCheckedTwoLevelEviction) {
+  // double_lru, 2 buckets (one line), capacity 2, the two-level index: a window of one line.
+  driver<cpu, ccht::double_lru> d(32, {.cpu_threads = 1, .capacity = 2,
+                                       .global_search = ccht::victim_search::two_level,
+                                       .count_accesses = true});
+  auto const a = d.t.access_stats();
+  d.insert_or_assign({1}, {1});  // tick 1, into an empty bucket: its tail word and the upper word
+  auto const b = d.t.access_stats();
+  expect_delta(a, b, {2, 3, 320, 128 + 32 + 32}, "first insert, with its tail and upper words");
+  d.insert_or_assign({2}, {2});  // tick 2, the other empty bucket: the upper word (1) stays
+  auto const c0 = d.t.access_stats();
+  expect_delta(b, c0, {2, 2, 320, 128 + 32}, "second insert, its tail word only");
+  auto const s = d.snapshot();
+  std::uint32_t const bucket_of_1 = s[0].keys[0] == 1 || s[0].keys[1] == 1 ? 0 : 1;
+  // New key at capacity: two probes (320); the upper line (128) and the line (128); key 1's
+  // bucket has the smallest word and its oldest score (1) is the victim: probe and scores
+  // (160 + 128) and value (32). Writes: the victim's slot (128) and its refreshed word (32); the
+  // new slot (128), plus its bucket's word (32) when it lands in the bucket just emptied. The
+  // upper word (1) is a stale lower bound now, raised by the next search that reads it.
+  auto const r = d.insert_or_assign({3}, {3});  // tick 3
+  ASSERT_EQ(r.evicted_keys.size(), 1u);
+  EXPECT_EQ(r.evicted_keys[0], 1u) << "the two-level index finds the oldest entry";
+  bool const same = ccht::candidates(3, d.t.ref().view().seed, 2).first == bucket_of_1;
+  auto const c1 = d.t.access_stats();
+  expect_delta(c0, c1,
+               {2 + 1 + 1 + 1, 2u + (same ? 2u : 1u), 320 + 128 + 128 + 160 + 128 + 32,
+                128 + 32 + 128 + (same ? 32u : 0u)},
+               "two-level eviction");
+  EXPECT_EQ(d.t.ref().view().upper[0], 1u);
 }
 
 template <class Policy>

@@ -172,6 +172,15 @@ struct prefetcher {
   /// Stage 1: the tail-index lines element i's eviction would read first.
   CCHT_FORCEINLINE void tails1(std::size_t i) {
     if (!evicting) { return; }
+    if (v.upper != nullptr) {  // two-level: the window's upper words
+      std::uint32_t const start = upper_window(v, base + i, 0);
+      std::uint32_t const lines = tail_index_lines(v.num_buckets);
+      at(i).tail_first[0] = start;
+      for (std::uint32_t j = 0; j < upper_window_lines(v); j += 8) {
+        prefetch_read(&v.upper[(start + j) % lines]);
+      }
+      return;
+    }
     for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
       std::uint32_t const first = tail_line(v, base + i, l);
       at(i).tail_first[l] = first;
@@ -183,6 +192,24 @@ struct prefetcher {
   /// hint: the search itself verifies under the lock).
   CCHT_FORCEINLINE void tails2(std::size_t i) {
     if (!evicting) { return; }
+    if (v.upper != nullptr) {  // two-level: the line the search will descend into
+      std::uint32_t const lines = tail_index_lines(v.num_buckets);
+      std::uint32_t const start = at(i).tail_first[0];
+      score_type best = no_rank;
+      std::uint32_t line = 0;
+      for (std::uint32_t j = 0; j < upper_window_lines(v); ++j) {
+        std::uint32_t const l = (start + j) % lines;
+        score_type const w = load_relaxed(v.upper[l]);
+        if (w < best) {
+          best = w;
+          line = l;
+        }
+      }
+      if (best == no_rank) { return; }
+      prefetch_read(&v.tails[line * tail_line_buckets]);
+      prefetch_read(&v.tails[line * tail_line_buckets] + 8);
+      return;
+    }
     score_type best = no_rank;
     std::uint32_t victim = 0;
     for (std::uint32_t l = 0; l < tail_lines_for(v.samples); ++l) {
@@ -286,10 +313,12 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
       s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(sizeof(std::uint64_t)));
       *s.view.live = 0;
     }
-    if (s.tail_index) {
-      s.view.tails = static_cast<score_type*>(
-          cpu_backend::allocate(std::size_t{num_buckets} * sizeof(score_type)));
-      std::fill(s.view.tails, s.view.tails + num_buckets, no_rank);
+    if (s.tail_index) {  // the upper level (two-level index) follows the tails
+      std::size_t const words =
+          std::size_t{num_buckets} + (s.upper_index ? tail_index_lines(num_buckets) : 0);
+      s.view.tails = static_cast<score_type*>(cpu_backend::allocate(words * sizeof(score_type)));
+      std::fill(s.view.tails, s.view.tails + words, no_rank);
+      if (s.upper_index) { s.view.upper = s.view.tails + num_buckets; }
     }
     if (count_accesses) {
       s.counts = static_cast<access_counts*>(cpu_backend::allocate(sizeof(access_counts)));

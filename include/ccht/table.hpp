@@ -13,11 +13,14 @@
 #include <ccht/core/policy.hpp>
 #include <ccht/core/types.hpp>
 #include <ccht/detail/launcher.hpp>
+#include <ccht/error.hpp>
 #include <ccht/table_ref.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace ccht {
 
@@ -28,14 +31,34 @@ namespace ccht {
 enum class victim_search {
   /// A word per bucket holding a lower bound of its oldest score, 16 buckets per 128-byte line:
   /// an eviction ranks `global_samples` buckets (rounded up to 16, at most 64) by reading their
-  /// lines, then verifies the best under its lock. 8 bytes per bucket. The default.
+  /// lines, then verifies the best under its lock. 8 bytes per bucket.
   tail_index,
   /// Read `global_samples` buckets themselves and evict the oldest of their tails.
   sampled,
+  /// The tail index plus one word per line (a lower bound of its 16 words), 16 per upper line:
+  /// an eviction ranks `global_samples` buckets (rounded up to 256, at most 1024) by reading
+  /// their upper lines and descending into the best line. 8.5 bytes per bucket. The default.
+  two_level,
 };
 
 /// Buckets a tail-index search ranks by default: four lines (docs/global-layer.md).
 inline constexpr std::uint32_t default_tail_samples = 64;
+/**
+ * @brief The victim search named @p name, as the CLI and the Python package spell it:
+ *        "tail-index", "two-level" or "sampled".
+ * @throws ccht::error invalid_argument for any other name (the message lists the valid ones)
+ */
+inline victim_search parse_victim_search(std::string_view name) {
+  if (name == "tail-index") { return victim_search::tail_index; }
+  if (name == "two-level") { return victim_search::two_level; }
+  if (name == "sampled") { return victim_search::sampled; }
+  throw error(error_code::invalid_argument,
+              "victim search must be tail-index, two-level or sampled, not '" + std::string(name) +
+                  "'");
+}
+
+/// Buckets a two-level search ranks by default: one upper line (docs/global-layer.md).
+inline constexpr std::uint32_t default_two_level_samples = 256;
 /// Buckets a sampled search reads by default (docs/global-layer.md).
 inline constexpr std::uint32_t default_sampled_buckets = 8;
 /// Most buckets table_options::global_samples may ask for (a sampled eviction reads each).
@@ -58,7 +81,7 @@ struct table_options {
   /// default_sampled_buckets).
   std::uint32_t global_samples = 0;
   /// Global capacity layer of double_lru and lru_cht: how the victim is found.
-  victim_search global_search = victim_search::tail_index;
+  victim_search global_search = victim_search::two_level;
   /// Count buckets and bytes touched by bulk operations (see access_stats()). Off by default.
   bool count_accesses = false;
 };

@@ -28,13 +28,14 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
       ->capture_default_str();
   app->add_option("--global-samples", o.replay.global_samples,
                   "Buckets ranked per global eviction (ccht-double-lru, ccht-coarse-lru, cht-lru); "
-                  "0: 64 with the tail index, else 8")
+                  "0: 64 with the tail index, 256 with two-level, else 8")
       ->capture_default_str();
   app->add_option("--global-search", o.replay.global_search,
                   "Victim search of ccht-double-lru and cht-lru: tail-index (16 buckets per line "
-                  "read) or sampled (one bucket per read)")
+                  "read), two-level (256 buckets per upper line read) or sampled (one bucket per "
+                  "read)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   bench->add_option("--global-search", b.global_search,
                     "With --policy: victim search of ccht-double-lru and cht-lru")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
 
   // kv-replay
   auto* kv = app.add_subcommand(
@@ -241,6 +242,14 @@ int main(int argc, char** argv) {
   compare->add_option("--requests", c.requests, "Default workloads: requests")->capture_default_str();
   compare->add_option("--batch", c.replay.batch, "Requests per table call")->capture_default_str();
   compare->add_option("--backend", c.replay.backend, "cpu or cuda")->capture_default_str();
+  compare->add_option("--global-samples", c.replay.global_samples,
+                      "Buckets ranked per global eviction; 0: the search's default")
+      ->capture_default_str();
+  compare->add_option("--global-search", c.replay.global_search,
+                      "Victim search of ccht-double-lru and cht-lru: tail-index, two-level or "
+                      "sampled")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
   compare->add_option("--out", c.out_dir, "Results folder (default results/compare-<time>)");
   compare->add_flag("!--no-plot", c.plot, "Do not draw PNG plots");
 
@@ -255,12 +264,13 @@ int main(int argc, char** argv) {
   paper->add_option("--batch", po.replay.batch, "Requests per table call")->capture_default_str();
   paper->add_option("--backend", po.replay.backend, "cpu or cuda")->capture_default_str();
   paper->add_option("--global-samples", po.replay.global_samples,
-                    "Buckets ranked per global eviction; 0: 64 with the tail index, else 8")
+                    "Buckets ranked per global eviction; 0: 64 with the tail index, 256 with two-level, "
+                    "else 8")
       ->capture_default_str();
   paper->add_option("--global-search", po.replay.global_search,
-                    "Victim search of double LRU and LRU-CHT: tail-index or sampled")
+                    "Victim search of double LRU and LRU-CHT: tail-index, two-level or sampled")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
   paper->add_option("--out", po.out_dir, "Results folder (default results/paper-<time>)");
   paper->add_flag("!--no-sweep", po.sweep, "Skip the 0.1-0.9 ratio sweep");
   paper->add_flag("!--no-plot", po.plot, "Do not draw PNG plots");

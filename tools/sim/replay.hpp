@@ -27,8 +27,9 @@ struct replay_options {
   /// so their slots are the capacity rounded down to whole buckets.
   double slots_ratio = 0.9;
   std::uint32_t global_samples = 0;  ///< buckets ranked per global eviction (0: the default)
-  /// Victim search of ccht-double-lru and cht-lru: "tail-index" or "sampled" (ccht::victim_search).
-  std::string global_search = "tail-index";
+  /// Victim search of ccht-double-lru and cht-lru: "two-level", "tail-index" or "sampled"
+  /// (ccht::victim_search).
+  std::string global_search = "two-level";
   int cpu_threads = 1;        ///< CPU backend threads per call
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
 };

@@ -154,14 +154,12 @@ class py_table {
     o.global_samples = global_samples;
     o.cpu_threads = cpu_threads;
     o.count_accesses = count_accesses;
-    if (global_search == "tail-index") {
-      o.global_search = victim_search::tail_index;
-    } else if (global_search == "sampled") {
-      o.global_search = victim_search::sampled;
-    } else {
-      throw nb::value_error(("global_search must be 'tail-index' or 'sampled', got '" +
+    if (global_search != "tail-index" && global_search != "two-level" &&
+        global_search != "sampled") {
+      throw nb::value_error(("global_search must be 'tail-index', 'two-level' or 'sampled', got '" +
                              global_search + "'").c_str());
     }
+    o.global_search = parse_victim_search(global_search);
 #if CCHT_WITH_CUDA
     if (cuda_) {
       t_ = make_table<cuda_backend>(policy, slots, o);
@@ -351,7 +349,7 @@ void bind_table(nb::module_& m) {
       .def(nb::init<std::size_t, std::string const&, std::size_t, std::string const&,
                     std::uint64_t, std::uint32_t, std::string const&, int, bool>(),
            "slots"_a, "policy"_a = "lru", "capacity"_a = 0, "backend"_a = "cpu",
-           "seed"_a = default_seed, "global_samples"_a = 0, "global_search"_a = "tail-index",
+           "seed"_a = default_seed, "global_samples"_a = 0, "global_search"_a = "two-level",
            "cpu_threads"_a = 0, "count_accesses"_a = false,
            "A table of at least `slots` slots. `policy`: lru, fifo, lfu, double-lru, coarse-lru, "
            "cht-lru or cht-random. `capacity` (double-lru, coarse-lru): most entries held, below "

@@ -65,7 +65,7 @@ struct page_cache_options {
   /// Global layer: buckets ranked per eviction (0: the default; see ccht::table_options).
   std::uint32_t global_samples = 0;
   /// Global layer of double LRU: how the victim is found.
-  victim_search global_search = victim_search::tail_index;
+  victim_search global_search = victim_search::two_level;
   /// How the page pool is allocated (the weight cache asks for a mappable one).
   pool_options pool{};
 };

@@ -64,6 +64,9 @@ struct bucket_array_view {
   /// Double LRU / LRU-CHT only, null otherwise: the tail index, one word per bucket holding a
   /// lower bound of its oldest score (core/global.hpp); null means sampled buckets.
   score_type* tails = nullptr;
+  /// Two-level tail index only, null otherwise: one word per line of `tails` (16 buckets) holding
+  /// a lower bound of that line's words (core/global.hpp).
+  score_type* upper = nullptr;
   /// Kick-out policies only: most residents one insert displaces before the homeless one is
   /// evicted (ccht::kick_threshold, the paper's 2000; 0 counts as 1).
   std::uint32_t max_kicks = 2000;

@@ -470,9 +470,8 @@ struct bucket_ops {
         detail::store_relaxed(target->values[slot], value);
         detail::store_relaxed(score, Policy::on_insert(tick) + Hook::initial_pins);
         detail::store_relaxed(target->keys[slot], key);
-        if (note_tail &&
-            detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick))) {
-          detail::count_tail_write(acc);
+        if (note_tail) {
+          detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick), acc);
         }
       }
       detail::store_release(v.versions[hi], vhi + 1);
@@ -638,9 +637,7 @@ struct bucket_ops {
     if (is_pinned_score(left)) { return static_cast<int>(pins_of(left)); }
     detail::promote_locked<Policy>(s, tick);
     // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
-    if (v.tails != nullptr && detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask)) {
-      detail::count_tail_write(acc);
-    }
+    if (v.tails != nullptr) { detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask, acc); }
     return 0;
   }
 
@@ -758,10 +755,7 @@ struct bucket_ops {
           result = static_cast<int>(pins_of(now));
           if (last && v.tails != nullptr) {
             detail::count_slot_write(acc);
-            detail::atomic_ref_t<score_type> t(v.tails[bi]);
-            score_type cur = t.load(cuda::std::memory_order_relaxed);
-            while (now < cur &&
-                   !t.compare_exchange_weak(cur, now, cuda::std::memory_order_relaxed)) {}
+            if (detail::lower_word(v.tails[bi], now)) { detail::lower_upper(v, bi, now, acc); }
           }
           return true;
         });

@@ -220,15 +220,35 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t tail_line(bucket_array_view<B> c
          tail_line_buckets;
 }
 
-/// Lowers bucket @p b's tail word to @p s (lane 0; the caller holds the bucket).
-/// @return whether the word was written (what access counting counts)
+/// Lowers @p word to at most @p s with a compare-and-swap loop (words without a lock: the upper
+/// level of the two-level index, a lock-free unpin's tail word). @return whether it was written
+CCHT_HOST_DEVICE CCHT_FORCEINLINE bool lower_word(score_type& word, score_type s) noexcept {
+  atomic_ref_t<score_type> t(word);
+  score_type cur = t.load(cuda::std::memory_order_relaxed);
+  while (s < cur) {
+    if (t.compare_exchange_weak(cur, s, cuda::std::memory_order_relaxed)) { return true; }
+  }
+  return false;
+}
+
+/// Lowers the upper-level word over bucket @p b (two-level index only) to at most @p s, counting
+/// the write.
 template <int B>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE bool lower_tail(bucket_array_view<B> const& v, std::uint32_t b,
-                                                  score_type s) noexcept {
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void lower_upper(bucket_array_view<B> const& v, std::uint32_t b,
+                                                   score_type s, access_counts* acc) noexcept {
+  if (v.upper != nullptr && lower_word(v.upper[b / tail_line_buckets], s)) { count_tail_write(acc); }
+}
+
+/// Lowers bucket @p b's tail word to @p s (lane 0; the caller holds the bucket), and the upper
+/// word over it, counting each word written.
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void lower_tail(bucket_array_view<B> const& v, std::uint32_t b,
+                                                  score_type s, access_counts* acc) noexcept {
   score_type& t = v.tails[b];
-  if (s >= load_relaxed(t)) { return false; }
+  if (s >= load_relaxed(t)) { return; }
   store_relaxed(t, s);
-  return true;
+  count_tail_write(acc);
+  lower_upper(v, b, s, acc);
 }
 
 /**
@@ -354,6 +374,211 @@ CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> co
   return false;
 }
 
+// ---- two-level tail index -----------------------------------------------------------------------
+
+/// Tail-index lines one upper line bounds (a 128-byte line of 8-byte upper words).
+inline constexpr std::uint32_t upper_line_lines = 16;
+/// Buckets one upper line ranks.
+inline constexpr std::uint32_t upper_line_buckets = upper_line_lines * tail_line_buckets;
+/// Most upper lines one global eviction reads.
+inline constexpr std::uint32_t max_upper_lines = 4;
+
+/// Upper lines of the two-level index one global eviction reads to rank @p samples buckets.
+CCHT_HOST_DEVICE constexpr std::uint32_t upper_lines_for(std::uint32_t samples) noexcept {
+  std::uint32_t const l = (samples + upper_line_buckets - 1) / upper_line_buckets;
+  return l == 0 ? 1 : (l > max_upper_lines ? max_upper_lines : l);
+}
+
+/// Lines of the tail index (one upper word each) of a table of @p num_buckets buckets.
+CCHT_HOST_DEVICE constexpr std::uint32_t tail_index_lines(std::uint32_t num_buckets) noexcept {
+  return (num_buckets + tail_line_buckets - 1) / tail_line_buckets;
+}
+
+/// Lines one two-level search ranks: 16 per upper line read, at most every line of the table.
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t upper_window_lines(bucket_array_view<B> const& v) noexcept {
+  std::uint32_t const lines = tail_index_lines(v.num_buckets);
+  std::uint32_t const w = upper_lines_for(v.samples) * upper_line_lines;
+  return w < lines ? w : lines;
+}
+
+/// Line alignment of a two-level window's start: 8 words, 64 bytes (a CPU cache line, two GPU
+/// sectors), so that a window of 16 words costs what an aligned 128-byte line does.
+inline constexpr std::uint32_t upper_window_align = 8;
+
+/**
+ * @brief First line of the two-level search's window in round @p round of the operation with
+ *        tick @p tick: a uniform multiple of upper_window_align below the line count. The window
+ *        is upper_window_lines() consecutive lines from there, wrapping at the end, so every
+ *        line is ranked about equally often (whole upper lines would favour a partial last one).
+ */
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t upper_window(bucket_array_view<B> const& v,
+                                                             tick_type tick,
+                                                             std::uint32_t round) noexcept {
+  std::uint32_t const lines = tail_index_lines(v.num_buckets);
+  std::uint32_t const starts = (lines + upper_window_align - 1) / upper_window_align;
+  std::uint64_t const h =
+      hash64(tick * 0xD6E8FEB86659FD93ull + round, v.seed ^ 0x1d1d1d1d1d1d1d1dull);
+  return static_cast<std::uint32_t>((std::uint64_t{static_cast<std::uint32_t>(h)} * starts) >> 32) *
+         upper_window_align;
+}
+
+/// The smallest of @p n per-lane words (ties to the smaller id) and the next smallest, over the
+/// tile.
+template <class Tile, int N>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void tile_min2(Tile const& tile, score_type const (&word)[N],
+                                                 std::uint32_t const (&id)[N], int n,
+                                                 score_type& m1, std::uint32_t& i1,
+                                                 score_type& m2) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  m1 = no_rank;
+  m2 = no_rank;
+  i1 = ~std::uint32_t{0};
+  for (int i = 0; i < n; ++i) {
+    if (word[i] < m1 || (word[i] == m1 && id[i] < i1)) {
+      m2 = m1 < m2 ? m1 : m2;
+      m1 = word[i];
+      i1 = id[i];
+    } else if (word[i] < m2) {
+      m2 = word[i];
+    }
+  }
+  for (unsigned off = T / 2; off > 0; off >>= 1) {
+    score_type const om1 = tile.shfl_xor(m1, off);
+    std::uint32_t const oi1 = tile.shfl_xor(i1, off);
+    score_type const om2 = tile.shfl_xor(m2, off);
+    if (om1 < m1 || (om1 == m1 && oi1 < i1)) {
+      m2 = m1 < om2 ? m1 : om2;
+      m1 = om1;
+      i1 = oi1;
+    } else if (om1 < m2) {
+      m2 = om1;
+    }
+  }
+}
+
+/**
+ * @brief The two-level search: one upper word per tail-index line (a lower bound of its 16
+ *        words), 16 per upper line, so one read ranks 256 buckets. Reads a window of
+ *        upper_window_lines() lines' upper words at a random start (upper_window), descends into
+ *        the line with the smallest upper word, and there runs the tail index's check: the bucket with the smallest word is
+ *        locked and its true oldest score read; it is the victim when no larger than the line's
+ *        next word and every other line's upper word (all lower bounds). A stale upper word
+ *        (below its line's smallest word) is raised with a compare-and-swap, so that an insert
+ *        lowering it meanwhile wins; a stale tail word is corrected under its lock.
+ *
+ * Run serially the victim is the oldest entry of the buckets of the window's lines.
+ * @return true with @p out set; false when two rounds found only empty or busy buckets
+ */
+template <class Tile, int B>
+CCHT_HOST_DEVICE bool lock_two_level_victim(Tile const& tile, bucket_array_view<B> const& v,
+                                            tick_type tick, std::uint32_t own_a,
+                                            std::uint32_t own_b, global_victim& out,
+                                            access_counts* acc) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  constexpr int W = static_cast<int>(upper_line_lines);
+  static_assert(W % T == 0 && static_cast<int>(tail_line_buckets) % T == 0,
+                "the tile size must divide an index line");
+  constexpr int per_lane_hi = static_cast<int>(max_upper_lines) * W / T;
+  constexpr int per_lane = static_cast<int>(tail_line_buckets) / T;
+  std::uint32_t const uppers = upper_lines_for(v.samples);
+  std::uint32_t const num_lines = tail_index_lines(v.num_buckets);
+  (void)W;
+  // Every iteration corrects a word (each at most once per round) or moves to another line.
+  std::uint32_t const max_checks = 4 * uppers * (upper_line_lines + upper_line_buckets);
+  int const lane = static_cast<int>(tile.thread_rank());
+  for (std::uint32_t round = 0; round < 2; ++round) {
+    score_type hw[per_lane_hi];
+    std::uint32_t line_of[per_lane_hi];
+    int nh = 0;
+    std::uint32_t const start = upper_window(v, tick, round);
+    std::uint32_t const window = upper_window_lines(v);
+    for (std::uint32_t u = 0; u < uppers; ++u) { count_tail_read(acc); }
+    if (start + window > num_lines) { count_tail_read(acc); }  // it wraps: one more read
+    for (int j = lane; j < W * static_cast<int>(uppers); j += T, ++nh) {
+      bool const in = static_cast<std::uint32_t>(j) < window;
+      std::uint32_t const l = (start + static_cast<std::uint32_t>(j)) % num_lines;
+      line_of[nh] = in ? l : ~std::uint32_t{0};
+      hw[nh] = in ? load_relaxed(v.upper[l]) : no_rank;
+    }
+    auto const set_hw = [&](std::uint32_t l, score_type w) {
+      for (int i = 0; i < nh; ++i) {
+        if (line_of[i] == l) { hw[i] = w; }
+      }
+    };
+    score_type w[per_lane];
+    std::uint32_t bucket_of[per_lane];
+    std::uint32_t cur_line = ~std::uint32_t{0};  // the line whose words w holds
+    for (std::uint32_t check = 0; check < max_checks; ++check) {
+      score_type M1, M2;
+      std::uint32_t L1;
+      tile_min2(tile, hw, line_of, nh, M1, L1, M2);
+      if (M1 == no_rank) { break; }  // every line drawn is empty or busy
+      if (L1 != cur_line) {
+        cur_line = L1;
+        count_tail_read(acc);
+        for (int i = 0; i < per_lane; ++i) {
+          std::uint32_t const b = L1 * tail_line_buckets + static_cast<std::uint32_t>(lane + i * T);
+          bucket_of[i] = b;
+          w[i] = b < v.num_buckets ? load_relaxed(v.tails[b]) : no_rank;
+        }
+        score_type lm, unused;
+        std::uint32_t ub;
+        tile_min2(tile, w, bucket_of, per_lane, lm, ub, unused);
+        if (lm > M1) {  // a stale upper word: raise it to its line's smallest word
+          if (lane == 0) {
+            score_type seen = M1;
+            (void)cas_relaxed(v.upper[L1], seen, lm);
+          }
+          count_tail_write(acc);
+          set_hw(L1, lm);
+          continue;
+        }
+      }
+      score_type m1, m2;
+      std::uint32_t b1;
+      tile_min2(tile, w, bucket_of, per_lane, m1, b1, m2);
+      if (m1 == no_rank || m1 > M2) {  // all busy here, or another line may hold older entries
+        set_hw(L1, m1);
+        continue;
+      }
+      auto const set_w = [&](score_type x) {
+        for (int i = 0; i < per_lane; ++i) {
+          if (bucket_of[i] == b1) { w[i] = x; }
+        }
+      };
+      bool const own = b1 == own_a || b1 == own_b;
+      std::uint32_t const held = own ? 0 : try_hold(tile, v.versions[b1]);
+      if (!own && held == 0) {  // busy: leave it to its writer
+        set_w(no_rank);
+        continue;
+      }
+      int slot;
+      bool occupied = false;
+      score_type const r =
+          bucket_rank<global_layer::entry_lru>(tile, v.buckets[b1], slot, &occupied);
+      count_rank<global_layer::entry_lru, B>(acc);
+      score_type const bound = m2 < M2 ? m2 : M2;
+      if (r != no_rank && (r <= bound || check + 1 == max_checks)) {
+        out.bucket = b1;
+        out.slot = slot;
+        out.held = held;
+        return true;
+      }
+      // A stale tail word: correct it (exact now, under the lock) and look again.
+      score_type const x = tail_word(r, occupied, tick);
+      if (lane == 0) {
+        store_relaxed(v.tails[b1], x);
+        if (!own) { store_release(v.versions[b1], held + 1); }
+      }
+      count_tail_write(acc);
+      set_w(r == no_rank ? no_rank : x);  // a pinned-only bucket is not ranked again here
+    }
+  }
+  return false;
+}
+
 /**
  * @brief Chooses the victim of global layer @p G and locks its bucket (try-lock, unless it is
  *        @p own_a or @p own_b, whose locks the caller's tile already holds), without evicting.
@@ -371,7 +596,9 @@ CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> 
                                          global_victim& out, access_counts* acc) noexcept {
   static_assert(G != global_layer::none, "no global layer");
   if constexpr (G == global_layer::entry_lru) {
-    if (v.tails != nullptr && lock_tail_victim(tile, v, tick, own_a, own_b, out, acc)) {
+    if (v.upper != nullptr) {
+      if (lock_two_level_victim(tile, v, tick, own_a, own_b, out, acc)) { return true; }
+    } else if (v.tails != nullptr && lock_tail_victim(tile, v, tick, own_a, own_b, out, acc)) {
       return true;
     }
   }

@@ -173,7 +173,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
       store_relaxed(t.values[f], hv);
       store_relaxed(t.scores[f], hs);
       store_relaxed(t.keys[f], hk);
-      if (lower && lower_tail(v, bi, hs)) { count_tail_write(acc); }
+      if (lower) { lower_tail(v, bi, hs, acc); }
     }
     if (victim && bi == gv.bucket && f == gv.slot) { used_victim = true; }
   };
@@ -212,7 +212,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
         store_relaxed(d.scores[s], hs);
         store_relaxed(d.keys[s], hk);
         // A displaced resident keeps its (older) score: it may undercut dst's tail word.
-        if (v.tails != nullptr && hk != key && lower_tail(v, dst, hs)) { count_tail_write(acc); }
+        if (v.tails != nullptr && hk != key) { lower_tail(v, dst, hs, acc); }
       }
       tile.sync();  // lane 0's stores are seen by the lanes that scan this bucket again
       count_value_read(acc);

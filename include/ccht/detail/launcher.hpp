@@ -33,6 +33,8 @@ struct table_state {
   int cpu_threads = 0;                   ///< CPU: threads per bulk call (0: OpenMP default)
   access_counts* counts = nullptr;       ///< access counters (backend memory) when counting
   bool tail_index = false;  ///< create() allocates view.tails (double LRU / LRU-CHT layer)
+  /// With tail_index: create() also allocates view.upper, in the same allocation after the tails
+  bool upper_index = false;
 };
 
 /// Marks "no reserved key seen" in a reject word.

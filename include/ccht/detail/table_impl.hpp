@@ -83,8 +83,10 @@ table<Backend, Policy>::table(std::size_t num_slots, table_options options) : op
   if constexpr (Policy::global != global_layer::none) {
     state_.view.capacity = options.capacity ? options.capacity : slots;
     state_.tail_index = Policy::global == global_layer::entry_lru &&
-                        options.global_search == victim_search::tail_index;
+                        options.global_search != victim_search::sampled;
+    state_.upper_index = state_.tail_index && options.global_search == victim_search::two_level;
     state_.view.samples = options.global_samples != 0 ? options.global_samples
+                          : state_.upper_index       ? default_two_level_samples
                           : state_.tail_index        ? default_tail_samples
                                                      : default_sampled_buckets;
   }
