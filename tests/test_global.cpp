@@ -625,6 +625,50 @@ struct overshoot_setup {
   }
 };
 
+TEST(GlobalModelCorner, RepayOvershootEvictsTheOldestUntilTheCapacityHolds) {
+  // What an insert that went in above the capacity runs once it holds no lock: with the count
+  // at capacity + 2, it evicts (and reports) the oldest entry of the search, then stops at
+  // capacity + 1 only when asked again; within the capacity it does nothing; it never evicts
+  // the key it has just inserted.
+  constexpr int Bs = 4;
+  for (bool two_level : {false, true}) {
+    global_core<Bs> t(20, 0x77, 6, 256, false, two_level);
+    using ops = ccht::bucket_ops<ccht::double_lru, Bs>;
+    ccht::scalar_tile const tile{};
+    std::map<key_type, tick_type> score;
+    key_type ek = 0;
+    value_type ev = 0;
+    for (key_type k = 1; k <= 6; ++k) {
+      ASSERT_EQ(ops::insert_or_assign(tile, t.view, k, k * 10, k, ek, ev), op_status::inserted);
+      score[k] = k;
+    }
+    t.live = 8;  // as if two inserts had gone in above the capacity
+    ASSERT_TRUE(ccht::detail::repay_overshoot<global_layer::entry_lru>(tile, t.view, 20, 99, ek, ev,
+                                                                       nullptr));
+    EXPECT_EQ(ek, 1u) << "the oldest entry is the victim (two-level " << two_level << ")";
+    EXPECT_EQ(ev, 10u);
+    EXPECT_EQ(t.live, 7u);
+    EXPECT_EQ(t.tail_bound_error(), "");
+    ASSERT_TRUE(ccht::detail::repay_overshoot<global_layer::entry_lru>(tile, t.view, 21, 99, ek, ev,
+                                                                       nullptr));
+    EXPECT_EQ(ek, 2u);
+    EXPECT_EQ(t.live, 6u);
+    EXPECT_FALSE(ccht::detail::repay_overshoot<global_layer::entry_lru>(tile, t.view, 22, 99, ek,
+                                                                        ev, nullptr))
+        << "within the capacity: nothing to repay";
+    EXPECT_EQ(t.live, 6u);
+    for (key_type k = 3; k <= 6; ++k) { EXPECT_TRUE(ops::contains(tile, t.view, k)) << k; }
+    // Only the key just inserted is evictable: it stays, and so does the overshoot.
+    for (key_type k = 3; k <= 5; ++k) { ASSERT_TRUE(ops::erase(tile, t.view, k)); }
+    t.live = 2;
+    t.view.capacity = 0;
+    EXPECT_FALSE(ccht::detail::repay_overshoot<global_layer::entry_lru>(tile, t.view, 23, 6, ek, ev,
+                                                                        nullptr));
+    EXPECT_TRUE(ops::contains(tile, t.view, 6));
+    EXPECT_EQ(t.live, 2u);
+  }
+}
+
 TEST(GlobalModelCorner, FailedGlobalEvictionOvershootsByOneAndEraseHealsIt) {
   using ops = overshoot_setup::ops;
   overshoot_setup o;

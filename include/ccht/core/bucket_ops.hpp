@@ -217,6 +217,10 @@ struct upsert_hook {
   static constexpr bool assigns_existing = true;
   /// Added to a new entry's score (pin_one: the entry starts with one pin).
   static constexpr score_type initial_pins = 0;
+  /// With a global layer: an insert that went in above the capacity (every victim's bucket was
+  /// busy) evicts a victim after releasing its own locks (detail::repay_overshoot) and reports
+  /// it. Hooks that tie a new entry's value to its victim (the page cache) leave this out.
+  static constexpr bool repays_overshoot = true;
   /// Called before a new entry takes a free slot without evicting anything; false refuses it
   /// (the insert then changes nothing and returns op_status::no_space).
   CCHT_HOST_DEVICE bool reserve() noexcept { return true; }
@@ -426,6 +430,7 @@ struct bucket_ops {
     // Tail index (global.hpp): a new entry can be a bucket's oldest only in a bucket that was
     // empty, or that the global eviction below may empty (its word is then refreshed first).
     bool note_tail = false;
+    bool owes_victim = false;  // went in above the capacity: no victim's bucket could be locked
     if constexpr (Policy::global != global_layer::none) {
       if (status == op_status::inserted) {  // a new entry: does it fit the capacity?
         std::uint32_t const target_index = target == &b1 ? cb.first : cb.second;
@@ -434,12 +439,15 @@ struct bucket_ops {
         if (tile.thread_rank() == 0) { before = detail::add_live(v.live, 1); }
         before = tile.shfl(before, 0);
         std::uint32_t victim_bucket = ~std::uint32_t{0};
-        if (before >= v.capacity &&
-            detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
-                                                 evicted_value, victim_bucket, acc)) {
-          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
-          status = op_status::inserted_evicted;
-          note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
+        if (before >= v.capacity) {
+          if (detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
+                                                   evicted_value, victim_bucket, acc)) {
+            if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+            status = op_status::inserted_evicted;
+            note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
+          } else {
+            owes_victim = true;  // repaid below, once the two locks are released
+          }
         }
       }
     }
@@ -476,6 +484,13 @@ struct bucket_ops {
       }
       detail::store_release(v.versions[hi], vhi + 1);
       detail::store_release(v.versions[lo], vlo + 1);
+    }
+    if constexpr (Policy::global != global_layer::none && detail::repays_overshoot_v<Hook>) {
+      if (owes_victim && status == op_status::inserted &&
+          detail::repay_overshoot<Policy::global>(tile, v, tick, key, evicted_key, evicted_value,
+                                                  acc)) {
+        status = op_status::inserted_evicted;
+      }
     }
     if (status == op_status::inserted_evicted) {
       evicted_key = tile.shfl(evicted_key, 0);

@@ -744,4 +744,45 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t add_live(std::uint64_t* live,
                                                       cuda::std::memory_order_relaxed);
 }
 
+/// Whether insert hook @p Hook lets an insert repay its overshoot (see upsert_hook).
+template <class Hook>
+inline constexpr bool repays_overshoot_v = requires { requires Hook::repays_overshoot; };
+
+/// Most victim searches repay_overshoot() makes before it leaves the overshoot to erases.
+inline constexpr int max_repay_attempts = 16;
+
+/**
+ * @brief Repays an insert's overshoot: the insert went in above the capacity because every
+ *        victim's bucket was busy while it held its own two. Holding no lock now, it searches
+ *        again (try-locks still, so it never waits on a bucket) and evicts one victim, until the
+ *        live count is within the capacity, another writer repaid it, or max_repay_attempts
+ *        searches found nothing. The victim is never @p self, the key just inserted.
+ * @return true with the evicted pair in @p ek / @p ev (every lane)
+ */
+template <global_layer G, class Tile, int B>
+CCHT_HOST_DEVICE bool repay_overshoot(Tile const& tile, bucket_array_view<B> const& v,
+                                      tick_type tick, key_type self, key_type& ek,
+                                      value_type& ev, access_counts* acc) noexcept {
+  constexpr std::uint32_t none = ~std::uint32_t{0};
+  for (int attempt = 0; attempt < max_repay_attempts; ++attempt) {
+    std::uint64_t live = 0;
+    if (tile.thread_rank() == 0) { live = load_relaxed(*v.live); }
+    if (tile.shfl(live, 0) <= v.capacity) { return false; }
+    global_victim gv;
+    if (!lock_global_victim<G>(tile, v, tick, none, none, gv, acc)) { continue; }
+    bool const is_self = load_relaxed(v.buckets[gv.bucket].keys[gv.slot]) == self;
+    if (is_self ||
+        (v.optimistic_pins && !claim_score(tile, v.buckets[gv.bucket].scores[gv.slot]))) {
+      release_victim(tile, v, gv);
+      if (is_self) { return false; }  // the only evictable entry in reach: leave it
+      continue;
+    }
+    take_victim(tile, v, gv, tick, ek, ev, acc);
+    release_victim(tile, v, gv);
+    if (tile.thread_rank() == 0) { add_live(v.live, -1); }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace ccht::detail
