@@ -27,13 +27,20 @@
  * older tick taken by a racing insert can undercut a word by the skew of concurrent ticks; that
  * only blurs the victim choice, as the victim is always verified under its lock.
  *
+ * Two-level index (the default, when view.upper is set as well): one more word per line of the
+ * tail index, a lower bound of the line's 16 words, so that one 128-byte read ranks 256 buckets.
+ * An eviction reads a window of 16 such words and descends into the line with the smallest
+ * (lock_two_level_victim). A stale upper word is raised with a compare-and-swap, so that an
+ * insert lowering it meanwhile wins; every writer that lowers a tail word lowers its upper word.
+ *
  * The inserting operation already holds its two candidate buckets' locks. To stay deadlock-free
  * it only *tries* to lock a third bucket; on failure it samples again. After every attempt fails
  * (possible only under contention) it walks the table from a sampled bucket, still with
- * try-locks, and gives up after one lap: the live count may then exceed the capacity by the
- * number of such concurrent failures. Each later insert at or above the capacity evicts exactly
- * one entry, so the overshoot stays until erases lower the count. Run serially, the capacity is
- * never exceeded.
+ * try-locks, and gives up after one lap: it goes in above the capacity. A plain upsert then
+ * repays that itself once its own locks are released (repay_overshoot): it searches again and
+ * evicts one victim, which it reports as its own. Only if that finds nothing evictable either
+ * does the overshoot stay until an erase lowers the count. Run serially, the capacity is never
+ * exceeded.
  */
 #pragma once
 
