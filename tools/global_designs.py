@@ -38,9 +38,9 @@ DESIGNS = [
     ("tail index, 1 line", "tail index", ["--global-search", "tail-index", "--global-samples", "16"]),
     ("tail index, 2 lines", "tail index", ["--global-search", "tail-index", "--global-samples", "32"]),
     ("tail index, 4 lines", "tail index", ["--global-search", "tail-index", "--global-samples", "64"]),
-    ("two-level, 1 upper line", "two-level", ["--global-search", "two-level", "--global-samples", "256"]),
-    ("two-level, 2 upper lines", "two-level", ["--global-search", "two-level", "--global-samples", "512"]),
-    ("two-level, 4 upper lines", "two-level", ["--global-search", "two-level", "--global-samples", "1024"]),
+    ("two-level, 1 window", "two-level", ["--global-search", "two-level", "--global-samples", "256"]),
+    ("two-level, 2 windows", "two-level", ["--global-search", "two-level", "--global-samples", "512"]),
+    ("two-level, 4 windows", "two-level", ["--global-search", "two-level", "--global-samples", "1024"]),
 ]
 
 
