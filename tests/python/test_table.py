@@ -123,6 +123,20 @@ def test_capacity_below_slots_holds():
     assert (ek == ev).all()
 
 
+@pytest.mark.parametrize("search", ["two-level", "tail-index", "sampled"])
+def test_every_victim_search_holds_the_capacity_and_reports_its_victims(search):
+    t = ccht.Table(slots=1 << 12, policy="double-lru", capacity=3000, global_search=search)
+    keys = np.arange(1, 10_001, dtype=U64)
+    ek, ev = t.insert(keys, keys * U64(3))
+    assert len(t) <= 3000
+    assert len(ek) == 10_000 - len(t), "every entry is held or reported evicted"
+    assert (ev == ek * U64(3)).all()
+    held = np.setdiff1d(keys, ek)
+    assert t.find(held)[1].all()
+    with pytest.raises(ValueError, match="two-level"):
+        ccht.Table(slots=64, policy="double-lru", capacity=32, global_search="two_level")
+
+
 def test_errors_carry_the_cpp_message():
     t = ccht.Table(slots=64)
     bad = np.array([1, 2**64 - 1], dtype=U64)
