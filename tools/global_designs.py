@@ -21,16 +21,8 @@ import os
 import subprocess
 import sys
 
-TRACES = {
-    "sprite.trace": [100, 500, 1000, 2000],
-    "multi2.trace": [100, 500, 1000, 2000],
-    "multi3.trace": [100, 500, 1000, 2000],
-    "zigzag.trace": [100, 500, 1000, 2000],
-    "loop.trace": [1000, 2000],
-    "ps.trace": [100, 500, 2000],
-    "2_pools.trace": [100, 500, 1000, 2000],
-    "mooncake_synthetic.jsonl": [1000, 4000, 16000, 32000],
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_report import TRACES  # noqa: E402  (the 29 cells of the traces README)
 
 # (label, family, CLI arguments). The family groups points into one curve of the plot.
 DESIGNS = [

@@ -290,6 +290,40 @@ struct global_victim {
   std::uint32_t held = 0;    ///< odd version taken by the try-lock; 0 when it is an own bucket
 };
 
+/// The smallest of @p n per-lane words (ties to the smaller id) and the next smallest, over the
+/// tile.
+template <class Tile, int N>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void tile_min2(Tile const& tile, score_type const (&word)[N],
+                                                 std::uint32_t const (&id)[N], int n,
+                                                 score_type& m1, std::uint32_t& i1,
+                                                 score_type& m2) noexcept {
+  constexpr int T = static_cast<int>(Tile::num_threads());
+  m1 = no_rank;
+  m2 = no_rank;
+  i1 = ~std::uint32_t{0};
+  for (int i = 0; i < n; ++i) {
+    if (word[i] < m1 || (word[i] == m1 && id[i] < i1)) {
+      m2 = m1 < m2 ? m1 : m2;
+      m1 = word[i];
+      i1 = id[i];
+    } else if (word[i] < m2) {
+      m2 = word[i];
+    }
+  }
+  for (unsigned off = T / 2; off > 0; off >>= 1) {
+    score_type const om1 = tile.shfl_xor(m1, off);
+    std::uint32_t const oi1 = tile.shfl_xor(i1, off);
+    score_type const om2 = tile.shfl_xor(m2, off);
+    if (om1 < m1 || (om1 == m1 && oi1 < i1)) {
+      m2 = m1 < om2 ? m1 : om2;
+      m1 = om1;
+      i1 = oi1;
+    } else if (om1 < m2) {
+      m2 = om1;
+    }
+  }
+}
+
 /**
  * @brief The tail-index search (see the file comment): locks the oldest entry of the buckets of
  *        tail_lines_for(v.samples) random lines, correcting stale words on the way.
@@ -327,29 +361,9 @@ CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> co
     };
     for (std::uint32_t check = 0; check < max_checks; ++check) {
       // The smallest word (ties to the lower bucket) and the next smallest, over the tile.
-      score_type m1 = no_rank, m2 = no_rank;
-      std::uint32_t b1 = ~std::uint32_t{0};
-      for (int i = 0; i < n; ++i) {
-        if (word[i] < m1 || (word[i] == m1 && bucket_of[i] < b1)) {
-          m2 = m1 < m2 ? m1 : m2;
-          m1 = word[i];
-          b1 = bucket_of[i];
-        } else if (word[i] < m2) {
-          m2 = word[i];
-        }
-      }
-      for (unsigned off = T / 2; off > 0; off >>= 1) {
-        score_type const om1 = tile.shfl_xor(m1, off);
-        std::uint32_t const ob1 = tile.shfl_xor(b1, off);
-        score_type const om2 = tile.shfl_xor(m2, off);
-        if (om1 < m1 || (om1 == m1 && ob1 < b1)) {
-          m2 = m1 < om2 ? m1 : om2;
-          m1 = om1;
-          b1 = ob1;
-        } else if (om1 < m2) {
-          m2 = om1;
-        }
-      }
+      score_type m1, m2;
+      std::uint32_t b1;
+      tile_min2(tile, word, bucket_of, n, m1, b1, m2);
       if (m1 == no_rank) { break; }  // every bucket of the lines is empty or busy
       bool const own = b1 == own_a || b1 == own_b;
       std::uint32_t const held = own ? 0 : try_hold(tile, v.versions[b1]);
@@ -429,40 +443,6 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t upper_window(bucket_array_view<B
       hash64(tick * 0xD6E8FEB86659FD93ull + round, v.seed ^ 0x1d1d1d1d1d1d1d1dull);
   return static_cast<std::uint32_t>((std::uint64_t{static_cast<std::uint32_t>(h)} * starts) >> 32) *
          upper_window_align;
-}
-
-/// The smallest of @p n per-lane words (ties to the smaller id) and the next smallest, over the
-/// tile.
-template <class Tile, int N>
-CCHT_HOST_DEVICE CCHT_FORCEINLINE void tile_min2(Tile const& tile, score_type const (&word)[N],
-                                                 std::uint32_t const (&id)[N], int n,
-                                                 score_type& m1, std::uint32_t& i1,
-                                                 score_type& m2) noexcept {
-  constexpr int T = static_cast<int>(Tile::num_threads());
-  m1 = no_rank;
-  m2 = no_rank;
-  i1 = ~std::uint32_t{0};
-  for (int i = 0; i < n; ++i) {
-    if (word[i] < m1 || (word[i] == m1 && id[i] < i1)) {
-      m2 = m1 < m2 ? m1 : m2;
-      m1 = word[i];
-      i1 = id[i];
-    } else if (word[i] < m2) {
-      m2 = word[i];
-    }
-  }
-  for (unsigned off = T / 2; off > 0; off >>= 1) {
-    score_type const om1 = tile.shfl_xor(m1, off);
-    std::uint32_t const oi1 = tile.shfl_xor(i1, off);
-    score_type const om2 = tile.shfl_xor(m2, off);
-    if (om1 < m1 || (om1 == m1 && oi1 < i1)) {
-      m2 = m1 < om2 ? m1 : om2;
-      m1 = om1;
-      i1 = oi1;
-    } else if (om1 < m2) {
-      m2 = om1;
-    }
-  }
 }
 
 /**
