@@ -270,6 +270,9 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     s.clock = reinterpret_cast<tick_type*>(misc);
     s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
     s.view.live = s.view.capacity != 0 ? reinterpret_cast<std::uint64_t*>(misc + 256) : nullptr;
+    // The own-first search's running victim age shares the live word's line (both are read by
+    // the same inserts at the capacity).
+    s.view.victim_age = s.own_first ? reinterpret_cast<score_type*>(misc + 264) : nullptr;
     // The upper level of the two-level index follows the tails, in the same allocation.
     std::size_t const tail_words =
         s.tail_index ? std::size_t{num_buckets} + (s.upper_index ? tail_index_lines(num_buckets) : 0)
@@ -390,6 +393,9 @@ void cuda_launcher::clear(table_state const& s, stream_type stream) {
   unsigned const blocks = blocks_for(s.view.num_buckets, shape::tiles_per_block, max_stream_blocks);
   kernels::clear_kernel<B, tile_size><<<blocks, shape::block_threads, 0, stream>>>(s.view);
   check_launch("clear_kernel launch");
+  if (s.view.victim_age != nullptr) {  // an empty table has no victim age yet
+    check_cuda(cudaMemsetAsync(s.view.victim_age, 0, sizeof(score_type), stream), "cudaMemsetAsync");
+  }
 }
 
 std::size_t cuda_launcher::export_entries(table_state const& s, key_type* keys, value_type* values,

@@ -226,6 +226,9 @@ TEST(Concurrency, CapacityHoldsUnderContentionDoubleLru) {
 TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruTwoLevel) {
   capacity_holds<ccht::double_lru>(ccht::victim_search::two_level);
 }
+TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruOwnFirst) {
+  capacity_holds<ccht::double_lru>(ccht::victim_search::own_first);
+}
 TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruSampled) {
   capacity_holds<ccht::double_lru>(ccht::victim_search::sampled);
 }

@@ -62,10 +62,12 @@ struct global_core {
   std::vector<ccht::score_type> tails;  // the tail index, when the search uses one
   std::vector<ccht::score_type> upper;  // its upper level, for the two-level search
   std::uint64_t live = 0;
+  ccht::score_type victim_age = 0;      // own-first: the last global victim's age
   ccht::bucket_array_view<Bs> view;
 
+  /// @p own_slack >= 0: the own-first search (on the two-level index) with that slack.
   global_core(std::uint32_t nb, std::uint64_t seed, std::uint64_t capacity, std::uint32_t samples,
-              bool tail_index = false, bool two_level = false)
+              bool tail_index = false, bool two_level = false, int own_slack = -1)
       : buckets(nb), versions(nb, 0), tails(nb, ccht::detail::no_rank),
         upper(ccht::detail::tail_index_lines(nb), ccht::detail::no_rank) {
     for (auto& b : buckets) {
@@ -84,6 +86,10 @@ struct global_core {
     view.samples = samples;
     view.tails = tail_index || two_level ? tails.data() : nullptr;
     view.upper = two_level ? upper.data() : nullptr;
+    if (own_slack >= 0) {
+      view.victim_age = &victim_age;
+      view.own_slack = static_cast<std::uint32_t>(own_slack);
+    }
   }
 
   /// "" when every tail word is a lower bound of its bucket's oldest score (global.hpp).
@@ -121,6 +127,11 @@ struct global_core {
  *   tail_line(view, tick, l), l < tail_lines_for(samples): the victim is their oldest entry.
  *   When every sampled bucket is empty the implementation samples again / walks the table; the
  *   model does not predict that victim, it checks bounds on the one reported (see insert()).
+ * - own-first (spec_view.victim_age set): the model keeps its own copy of the last global
+ *   victim's age A (tick minus its score). A new key placed in a free slot at the capacity, at a
+ *   tick not a multiple of own_first_period and once A is known, instead evicts the oldest entry
+ *   of its two buckets (the first on a tie) and takes that slot, when that entry is at least
+ *   A - (A * own_slack >> 8) old; otherwise it evicts the global victim as above.
  * - find promotes like a hit; erase frees the slot and lowers the live count.
  */
 template <global_layer G, int Bs>
@@ -138,6 +149,7 @@ class global_model {
     key_type evicted_key = ccht::empty_key;
     value_type evicted_value = 0;
     bool global = false;          ///< the victim came from the global layer
+    bool own = false;             ///< own-first: the victim was in an own bucket
     bool predicted = true;        ///< false: the first round saw only empty buckets
     std::uint32_t victim_bucket = ~0u;
     std::string bound_error;      ///< non-empty when an unpredicted victim breaks a bound
@@ -223,6 +235,26 @@ class global_model {
       return o;
     }
     o.status = op_status::inserted;
+    if (count_ >= capacity_ && own_first() && tick % ccht::detail::own_first_period != 0 &&
+        victim_age_ != 0) {
+      std::uint64_t const needed = victim_age_ - (victim_age_ * spec_.own_slack >> 8);
+      slot* oldest = nullptr;
+      for (bucket_state* b : {&b1, &b2}) {
+        for (slot& s : *b) {
+          if (s.key != ccht::empty_key && (oldest == nullptr || s.score < oldest->score)) {
+            oldest = &s;
+          }
+        }
+      }
+      if (oldest != nullptr && oldest->score <= tick && tick - oldest->score >= needed) {
+        o.status = op_status::inserted_evicted;
+        o.own = true;
+        o.evicted_key = oldest->key;
+        o.evicted_value = oldest->value;
+        *oldest = {k, v, tick};
+        return o;
+      }
+    }
     if (count_ >= capacity_) {
       o.status = op_status::inserted_evicted;
       o.global = true;
@@ -273,6 +305,7 @@ class global_model {
       }
       o.evicted_key = victim->key;
       o.evicted_value = victim->value;
+      victim_age_ = tick > victim->score ? tick - victim->score : 1;
       victim->key = ccht::empty_key;
     } else {
       ++count_;
@@ -282,6 +315,7 @@ class global_model {
   }
 
  private:
+  bool own_first() const { return spec_.victim_age != nullptr; }
   slot* locate(key_type k) {
     auto const cb = ccht::candidates(k, spec_.seed, spec_.num_buckets);
     for (std::uint32_t bi : {cb.first, cb.second}) {
@@ -329,6 +363,7 @@ class global_model {
   std::vector<bucket_state> buckets_;
   bool tail_index_;
   bool two_level_;
+  std::uint64_t victim_age_ = 0;  // own-first: the model's own copy
 };
 
 template <class Policy>
@@ -336,14 +371,16 @@ constexpr global_layer layer_of = Policy::global;
 
 struct model_stats {
   std::size_t global_evictions = 0, bucket_evictions = 0, unpredicted = 0, finds_hit = 0;
+  std::size_t own_evictions = 0;  ///< own-first: victims taken in an own bucket
 };
 
 template <class Policy, int Bs>
 model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint32_t samples,
                              std::uint32_t universe, int steps, std::uint64_t seed,
-                             unsigned rng_seed, bool tail_index = false, bool two_level = false) {
+                             unsigned rng_seed, bool tail_index = false, bool two_level = false,
+                             int own_slack = -1) {
   using ops = ccht::bucket_ops<Policy, Bs>;
-  global_core<Bs> t(nb, seed, capacity, samples, tail_index, two_level);
+  global_core<Bs> t(nb, seed, capacity, samples, tail_index, two_level, own_slack);
   tail_index = tail_index || two_level;
   global_model<layer_of<Policy>, Bs> m(t.view, capacity);
   std::mt19937_64 rng(rng_seed);
@@ -376,7 +413,7 @@ model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint
       EXPECT_EQ(o.bound_error, "") << "upsert " << k << " step " << step;
       if (s == op_status::inserted_evicted && o.status == s) {
         EXPECT_EQ(ek, o.evicted_key) << "evicted key, upsert " << k << " step " << step
-                                     << (o.global ? " (global" : " (in-bucket")
+                                     << (o.global ? " (global" : o.own ? " (own-first" : " (in-bucket")
                                      << (o.predicted ? ")" : ", unpredicted)");
         EXPECT_EQ(ev, o.evicted_value) << "evicted value, step " << step;
       }
@@ -386,6 +423,8 @@ model_stats run_global_model(std::uint32_t nb, std::uint64_t capacity, std::uint
         if (o.victim_bucket != cb.first && o.victim_bucket != cb.second) {
           extra_locked = o.victim_bucket;
         }
+      } else if (o.own) {
+        ++st.own_evictions;
       } else if (o.status == op_status::inserted_evicted) {
         ++st.bucket_evictions;
       }
@@ -521,6 +560,35 @@ TEST(GlobalModelTwoLevel, BucketSize16) {
   auto const st = run_global_model<ccht::double_lru, 16>(300, 800, 256, 2500, 30000 / work_scale,
                                                          0x71e5, 84, false, true);
   EXPECT_GT(st.global_evictions, 1000u / work_scale);
+}
+
+// Own-first on the two-level index: an insert at the capacity evicts its own buckets' oldest
+// entry when that is old enough against the last global victim, else the two-level victim.
+// Slack 0 asks for at least the last victim's age, 255 for almost nothing; both kinds of
+// victim must occur for the test to check the choice between them.
+TEST(GlobalModelOwnFirst, BucketSize4SlackZero) {
+  auto const st = run_global_model<ccht::double_lru, 4>(40, 130, 256, 400, 30000, 0x2e1, 91,
+                                                        false, true, 0);
+  EXPECT_GT(st.global_evictions, 1000u);
+  EXPECT_GT(st.own_evictions, 140u);
+}
+TEST(GlobalModelOwnFirst, BucketSize4DefaultSlackSeveralUpperLines) {
+  auto const st = run_global_model<ccht::double_lru, 4>(
+      600, 300, 256, 900, 30000, 0x5eed, 92, false, true, int(ccht::default_own_first_slack));
+  EXPECT_GT(st.global_evictions, 500u);
+  EXPECT_GT(st.own_evictions, 80u);
+}
+TEST(GlobalModelOwnFirst, BucketSize4LargestSlackWrapping) {
+  auto const st = run_global_model<ccht::double_lru, 4>(700, 1000, 512, 3000, 40000 / work_scale,
+                                                        7, 93, false, true, 255);
+  EXPECT_GT(st.global_evictions, 100u / work_scale);
+  EXPECT_GT(st.own_evictions, 2000u / work_scale);
+}
+TEST(GlobalModelOwnFirst, BucketSize16) {
+  auto const st = run_global_model<ccht::double_lru, 16>(300, 800, 256, 2500, 30000 / work_scale,
+                                                         0x71e5, 94, false, true, 64);
+  EXPECT_GT(st.global_evictions, 200u / work_scale);
+  EXPECT_GT(st.own_evictions, 200u / work_scale);
 }
 
 /// LRU-CHT with the tail index: kicks move old entries between buckets, so each move must lower
@@ -1091,6 +1159,28 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
   EXPECT_EQ(one_level.ref().view().samples, ccht::default_tail_samples);
   EXPECT_NE(one_level.ref().view().tails, nullptr);
   EXPECT_EQ(one_level.ref().view().upper, nullptr);
+  // Own-first: the two-level index plus the victim age; a slack is 0 to 255 256ths.
+  ccht::table<cpu, ccht::double_lru> own_first(
+      256, {.capacity = 100, .global_search = ccht::victim_search::own_first});
+  EXPECT_NE(own_first.ref().view().upper, nullptr);
+  EXPECT_NE(own_first.ref().view().victim_age, nullptr);
+  EXPECT_EQ(own_first.ref().view().own_slack, ccht::default_own_first_slack);
+  EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(256, {.capacity = 100})).ref().view().victim_age,
+            nullptr);
+  EXPECT_NO_THROW((ccht::table<cpu, ccht::double_lru>(
+      256, {.capacity = 100, .global_search = ccht::victim_search::own_first,
+            .own_first_slack = 255})));
+  EXPECT_CCHT_ERROR((ccht::table<cpu, ccht::double_lru>(
+                        256, {.capacity = 100, .global_search = ccht::victim_search::own_first,
+                              .own_first_slack = 256})),
+                    ccht::error_code::invalid_argument);
+  EXPECT_EQ(ccht::parse_victim_search("own-first"), ccht::victim_search::own_first);
+  try {
+    (void)ccht::parse_victim_search("own_first");
+    ADD_FAILURE() << "own_first parsed";
+  } catch (ccht::error const& e) {
+    EXPECT_NE(std::string(e.what()).find("own-first"), std::string::npos) << e.what();
+  }
   EXPECT_CCHT_ERROR((void)ccht::parse_victim_search("two_level"), ccht::error_code::invalid_argument);
   EXPECT_EQ(ccht::parse_victim_search("two-level"), ccht::victim_search::two_level);
   EXPECT_EQ((ccht::table<cpu, ccht::double_lru>(
@@ -1257,6 +1347,16 @@ TEST(Concurrency, GlobalDoubleLruTwoLevelWrappingWindows) {
   // words go stale and are raised by compare-and-swap while inserts lower them.
   stress_global<ccht::double_lru>(19200, 16000, 40000, 20000 / work_scale, 256, 10,
                                   ccht::victim_search::two_level);
+}
+TEST(Concurrency, GlobalDoubleLruOwnFirstTinyTable) {
+  // Own-first: writers evict in their own buckets while others race for the global oldest and
+  // store the victim age.
+  stress_global<ccht::double_lru>(128, 96, 300, 20000 / work_scale, 256, 11,
+                                  ccht::victim_search::own_first);
+}
+TEST(Concurrency, GlobalDoubleLruOwnFirstWrappingWindows) {
+  stress_global<ccht::double_lru>(19200, 16000, 40000, 20000 / work_scale, 256, 12,
+                                  ccht::victim_search::own_first);
 }
 TEST(Concurrency, GlobalDoubleLruTailIndexFourLines) {
   // 64 buckets, four lines ranked per eviction: the whole table, so every writer races for the

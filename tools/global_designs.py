@@ -33,6 +33,10 @@ DESIGNS = [
     ("two-level, 1 window", "two-level", ["--global-search", "two-level", "--global-samples", "256"]),
     ("two-level, 2 windows", "two-level", ["--global-search", "two-level", "--global-samples", "512"]),
     ("two-level, 4 windows", "two-level", ["--global-search", "two-level", "--global-samples", "1024"]),
+    ("own-first, slack 0", "own-first", ["--global-search", "own-first", "--own-slack", "0"]),
+    ("own-first, slack 8", "own-first", ["--global-search", "own-first", "--own-slack", "8"]),
+    ("own-first, slack 16", "own-first", ["--global-search", "own-first", "--own-slack", "16"]),
+    ("own-first, slack 64", "own-first", ["--global-search", "own-first", "--own-slack", "64"]),
 ]
 
 

@@ -310,8 +310,11 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
         cpu_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
     s.clock = static_cast<tick_type*>(cpu_backend::allocate(sizeof(tick_type)));
     if (s.view.capacity != 0) {
-      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(sizeof(std::uint64_t)));
-      *s.view.live = 0;
+      // live[1] is the own-first search's running victim age, on the same line.
+      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(2 * sizeof(std::uint64_t)));
+      s.view.live[0] = 0;
+      s.view.live[1] = 0;
+      if (s.own_first) { s.view.victim_age = s.view.live + 1; }
     }
     if (s.tail_index) {  // the upper level (two-level index) follows the tails
       std::size_t const words =
@@ -378,6 +381,7 @@ void cpu_launcher::clear(table_state const& s, stream_type) {
     if (s.view.tails != nullptr) { store_relaxed(s.view.tails[b], no_rank); }  // empty now
     store_release(s.view.versions[b], v + 1);
   }
+  if (s.view.victim_age != nullptr) { store_relaxed(*s.view.victim_age, score_type{0}); }
 }
 
 template <class Policy>

@@ -39,26 +39,35 @@ enum class victim_search {
   /// an eviction ranks `global_samples` buckets (rounded up to 256, at most 1024) by reading
   /// their upper lines and descending into the best line. 8.5 bytes per bucket. The default.
   two_level,
+  /// An insert at the capacity evicts the oldest entry of its own two buckets, which it has
+  /// already read, when that entry is nearly as old as recent global victims
+  /// (`own_first_slack`); otherwise it searches the two-level index. Costs the two-level
+  /// index plus one word. Kick-out policies (lru_cht) never evict in their own buckets and
+  /// search the two-level index.
+  own_first,
 };
 
 /// Buckets a tail-index search ranks by default: four lines (docs/global-layer.md).
 inline constexpr std::uint32_t default_tail_samples = 64;
 /**
  * @brief The victim search named @p name, as the CLI and the Python package spell it:
- *        "tail-index", "two-level" or "sampled".
+ *        "tail-index", "two-level", "own-first" or "sampled".
  * @throws ccht::error invalid_argument for any other name (the message lists the valid ones)
  */
 inline victim_search parse_victim_search(std::string_view name) {
   if (name == "tail-index") { return victim_search::tail_index; }
   if (name == "two-level") { return victim_search::two_level; }
   if (name == "sampled") { return victim_search::sampled; }
+  if (name == "own-first") { return victim_search::own_first; }
   throw error(error_code::invalid_argument,
-              "victim search must be tail-index, two-level or sampled, not '" + std::string(name) +
-                  "'");
+              "victim search must be tail-index, two-level, own-first or sampled, not '" +
+                  std::string(name) + "'");
 }
 
 /// Buckets a two-level search ranks by default: one upper line (docs/global-layer.md).
 inline constexpr std::uint32_t default_two_level_samples = 256;
+/// Default table_options::own_first_slack (docs/global-layer.md).
+inline constexpr std::uint32_t default_own_first_slack = 8;
 /// Buckets a sampled search reads by default (docs/global-layer.md).
 inline constexpr std::uint32_t default_sampled_buckets = 8;
 /// Most buckets table_options::global_samples may ask for (a sampled eviction reads each).
@@ -82,6 +91,10 @@ struct table_options {
   std::uint32_t global_samples = 0;
   /// Global capacity layer of double_lru and lru_cht: how the victim is found.
   victim_search global_search = victim_search::two_level;
+  /// victim_search::own_first only: how much younger than the last global victim an own
+  /// bucket's oldest entry may be and still be evicted in place, in 256ths (0 to 255).
+  /// Larger is cheaper (fewer global searches) and evicts younger entries.
+  std::uint32_t own_first_slack = default_own_first_slack;
   /// Count buckets and bytes touched by bulk operations (see access_stats()). Off by default.
   bool count_accesses = false;
 };

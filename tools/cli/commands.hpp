@@ -114,7 +114,8 @@ struct bench_options {
   std::vector<std::string> policies;
   double ratio = 0.9;             ///< with policies: cache/table ratio (capacity / slots)
   std::uint32_t global_samples = 0;       ///< with policies: buckets ranked per global eviction
-  std::string global_search = "two-level";  ///< with policies: two-level, tail-index or sampled
+  std::string global_search = "two-level";  ///< with policies: two-level, tail-index, own-first or sampled
+  std::uint32_t own_slack = ccht::default_own_first_slack;  ///< with own-first: its slack
 };
 
 /// `ccht bench`.

@@ -11,6 +11,11 @@
 
 namespace {
 
+/// Help of --own-slack, shared by every subcommand that takes it.
+constexpr char const* own_slack_help =
+    "With --global-search own-first: how much younger than recent global victims an own "
+    "bucket's oldest entry may be and still be evicted in place, in 256ths (0-255)";
+
 using namespace ccht;
 
 void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_csv,
@@ -32,10 +37,13 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
       ->capture_default_str();
   app->add_option("--global-search", o.replay.global_search,
                   "Victim search of ccht-double-lru and cht-lru: tail-index (16 buckets per line "
-                  "read), two-level (256 buckets per upper line read) or sampled (one bucket per "
-                  "read)")
+                  "read), two-level (256 buckets per upper line read), own-first (the insert's own "
+                  "buckets first, else two-level) or sampled (one bucket per read)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "own-first", "sampled"}));
+  app->add_option("--own-slack", o.replay.own_slack, own_slack_help)
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 255u));
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -141,7 +149,10 @@ int main(int argc, char** argv) {
   bench->add_option("--global-search", b.global_search,
                     "With --policy: victim search of ccht-double-lru and cht-lru")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "own-first", "sampled"}));
+  bench->add_option("--own-slack", b.own_slack, own_slack_help)
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 255u));
 
   // kv-replay
   auto* kv = app.add_subcommand(
@@ -246,10 +257,13 @@ int main(int argc, char** argv) {
                       "Buckets ranked per global eviction; 0: the search's default")
       ->capture_default_str();
   compare->add_option("--global-search", c.replay.global_search,
-                      "Victim search of ccht-double-lru and cht-lru: tail-index, two-level or "
-                      "sampled")
+                      "Victim search of ccht-double-lru and cht-lru: tail-index, two-level, "
+                      "own-first or sampled")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "own-first", "sampled"}));
+  compare->add_option("--own-slack", c.replay.own_slack, own_slack_help)
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 255u));
   compare->add_option("--out", c.out_dir, "Results folder (default results/compare-<time>)");
   compare->add_flag("!--no-plot", c.plot, "Do not draw PNG plots");
 
@@ -268,9 +282,13 @@ int main(int argc, char** argv) {
                     "else 8")
       ->capture_default_str();
   paper->add_option("--global-search", po.replay.global_search,
-                    "Victim search of double LRU and LRU-CHT: tail-index, two-level or sampled")
+                    "Victim search of double LRU and LRU-CHT: tail-index, two-level, own-first or "
+                    "sampled")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tail-index", "two-level", "sampled"}));
+      ->check(CLI::IsMember({"tail-index", "two-level", "own-first", "sampled"}));
+  paper->add_option("--own-slack", po.replay.own_slack, own_slack_help)
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 255u));
   paper->add_option("--out", po.out_dir, "Results folder (default results/paper-<time>)");
   paper->add_flag("!--no-sweep", po.sweep, "Skip the 0.1-0.9 ratio sweep");
   paper->add_flag("!--no-plot", po.plot, "Do not draw PNG plots");

@@ -73,6 +73,7 @@ replay_result run_table(std::span<request const> reqs, std::size_t capacity,
   to.capacity = global ? capacity : 0;
   to.global_samples = opt.global_samples;
   to.global_search = parse_victim_search(opt.global_search);
+  to.own_first_slack = opt.own_slack;
   to.count_accesses = true;  // per-chunk counters: cheap enough for the replay path
   table<Backend, Policy> t(slots, to);
   access_counts lookups, inserts;

@@ -9,6 +9,7 @@
 #include "workloads.hpp"
 
 #include <ccht/core/accounting.hpp>
+#include <ccht/table.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,8 @@ struct replay_options {
   /// Victim search of ccht-double-lru and cht-lru: "two-level", "tail-index" or "sampled"
   /// (ccht::victim_search).
   std::string global_search = "two-level";
+  /// With global_search "own-first": table_options::own_first_slack.
+  std::uint32_t own_slack = ccht::default_own_first_slack;
   int cpu_threads = 1;        ///< CPU backend threads per call
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
 };

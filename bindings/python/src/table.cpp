@@ -155,9 +155,9 @@ class py_table {
     o.cpu_threads = cpu_threads;
     o.count_accesses = count_accesses;
     if (global_search != "tail-index" && global_search != "two-level" &&
-        global_search != "sampled") {
-      throw nb::value_error(("global_search must be 'tail-index', 'two-level' or 'sampled', got '" +
-                             global_search + "'").c_str());
+        global_search != "own-first" && global_search != "sampled") {
+      throw nb::value_error(("global_search must be 'tail-index', 'two-level', 'own-first' or "
+                             "'sampled', got '" + global_search + "'").c_str());
     }
     o.global_search = parse_victim_search(global_search);
 #if CCHT_WITH_CUDA

@@ -74,6 +74,12 @@ struct bucket_array_view {
   /// makes lock-free pins (bucket_ops::pin_optimistic) safe. Off for plain tables, which then save
   /// a compare-and-swap per eviction; the page cache sets it on its view of its index.
   bool optimistic_pins = false;
+  /// Own-first search only (victim_search::own_first), null otherwise: the age in ticks of the
+  /// last global victim (core/global.hpp, own_victim), backend memory.
+  score_type* victim_age = nullptr;
+  /// Own-first search only: how much younger than *victim_age an own bucket's oldest entry may
+  /// be and still be evicted in place, in 256ths of it (0 to 255).
+  std::uint32_t own_slack = 8;
 };
 
 }  // namespace ccht

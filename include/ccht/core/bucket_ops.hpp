@@ -439,7 +439,29 @@ struct bucket_ops {
         if (tile.thread_rank() == 0) { before = detail::add_live(v.live, 1); }
         before = tile.shfl(before, 0);
         std::uint32_t victim_bucket = ~std::uint32_t{0};
-        if (before >= v.capacity) {
+        int own = -1;  // own-first: the own bucket (0: b1, 1: b2) whose oldest entry goes
+        int own_slot = -1;
+        if constexpr (Policy::global == global_layer::entry_lru) {
+          if (before >= v.capacity && v.victim_age != nullptr) {
+            own = detail::own_victim(tile, v, tick, b1, b2, own_slot, acc);
+            if (own >= 0) {
+              bucket<BucketSize>& ob = own == 0 ? b1 : b2;
+              if (v.optimistic_pins && !detail::claim_score(tile, ob.scores[own_slot])) {
+                own = -1;  // a lock-free pin won it: search globally instead
+              }
+            }
+          }
+        }
+        if (own >= 0) {
+          // In place: the new entry takes the victim's slot, which the write below reports.
+          // The victim was its bucket's oldest, so the bucket's tail word stays a lower bound.
+          detail::count_value_read(acc);  // the victim's value, to report it
+          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+          target = own == 0 ? &b1 : &b2;
+          slot = own_slot;
+          status = op_status::inserted_evicted;
+          note_tail = false;
+        } else if (before >= v.capacity) {
           if (detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
                                                    evicted_value, victim_bucket, acc)) {
             if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }

@@ -496,6 +496,10 @@ CCHT_HOST_DEVICE bool lock_two_level_victim(Tile const& tile, bucket_array_view<
     };
     score_type w[per_lane];
     std::uint32_t bucket_of[per_lane];
+    for (int i = 0; i < per_lane; ++i) {  // filled when the first line is read; set for gcc
+      w[i] = no_rank;
+      bucket_of[i] = ~std::uint32_t{0};
+    }
     std::uint32_t cur_line = ~std::uint32_t{0};  // the line whose words w holds
     for (std::uint32_t check = 0; check < max_checks; ++check) {
       score_type M1, M2;
@@ -697,6 +701,62 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE bool claim_score(Tile const& tile, score_type&
   return tile.shfl(ok, 0) != 0;
 }
 
+// ---- own-first ----------------------------------------------------------------------------------
+
+/// Own-first: one tick in own_first_period searches globally even when an own victim is old
+/// enough, so that the victim age keeps following the table.
+inline constexpr tick_type own_first_period = 16;
+/// Folds a global victim of score @p score, evicted at @p tick, into the victim age: the age of
+/// the last global victim (lane 0; relaxed: it is a hint, a lost store only delays it). A
+/// running mean was measured too and followed LRU worse (docs/global-layer.md).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void note_victim_age(bucket_array_view<B> const& v,
+                                                       tick_type tick, score_type score) noexcept {
+  score_type const age = tick > score ? static_cast<score_type>(tick - score) : 1;
+  store_relaxed(*v.victim_age, age);
+}
+
+/// The age an own victim needs at @p tick: (1 - own_slack / 256) x the last global victim's age,
+/// or
+/// 0 when the insert must search globally (no global victim yet, or a periodic tick).
+template <int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE score_type own_age_needed(bucket_array_view<B> const& v,
+                                                            tick_type tick) noexcept {
+  if (tick % own_first_period == 0) { return 0; }
+  score_type const mean = load_relaxed(*v.victim_age);
+  return mean - (mean * v.own_slack >> 8);
+}
+
+/**
+ * @brief Own-first (victim_search::own_first): the oldest unpinned entry of an insert's two held
+ *        buckets, when it may be evicted in place of a global victim: it is at least
+ *        own_age_needed() old. Otherwise the insert searches the two-level index.
+ *
+ * Why: the insert has already read both buckets, so evicting there costs no further bucket; an
+ * entry about as old as recent global victims is about as good a victim as the search would
+ * find. The age comes from global victims only (note_victim_age), so own victims cannot drag
+ * it down.
+ * @return 0 or 1 (the bucket, @p a or @p b) with the slot in @p slot, or -1 (every lane)
+ */
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE int own_victim(Tile const& tile, bucket_array_view<B> const& v,
+                                                 tick_type tick, bucket<B> const& a,
+                                                 bucket<B> const& b, int& slot,
+                                                 access_counts* acc) noexcept {
+  score_type const needed = own_age_needed(v, tick);
+  if (needed == 0) { return -1; }
+  count_scores<B>(acc);  // both score lines; the probes already counted the buckets
+  count_scores<B>(acc);
+  int sa, sb;
+  score_type const ra = bucket_rank<global_layer::entry_lru>(tile, a, sa);
+  score_type const rb = bucket_rank<global_layer::entry_lru>(tile, b, sb);
+  bool const second = rb < ra;
+  score_type const r = second ? rb : ra;
+  if (r == no_rank || r > tick || tick - r < needed) { return -1; }
+  slot = second ? sb : sa;
+  return second ? 1 : 0;
+}
+
 /**
  * @brief Evicts one entry chosen by the global layer @p G. The caller's tile holds the locks of
  *        buckets @p own_a and @p own_b (which may also hold the victim).
@@ -713,7 +773,9 @@ CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const&
   for (int attempt = 0; attempt < 4; ++attempt) {
     global_victim gv;
     if (!lock_global_victim<G>(tile, v, tick, own_a, own_b, gv, acc)) { return false; }
+    score_type const score = load_relaxed(v.buckets[gv.bucket].scores[gv.slot]);  // before a claim
     if (!v.optimistic_pins || claim_score(tile, v.buckets[gv.bucket].scores[gv.slot])) {
+      if (v.victim_age != nullptr && tile.thread_rank() == 0) { note_victim_age(v, tick, score); }
       take_victim(tile, v, gv, tick, ek, ev, acc);
       release_victim(tile, v, gv);
       victim_bucket = gv.bucket;

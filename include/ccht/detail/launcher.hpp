@@ -35,6 +35,8 @@ struct table_state {
   bool tail_index = false;  ///< create() allocates view.tails (double LRU / LRU-CHT layer)
   /// With tail_index: create() also allocates view.upper, in the same allocation after the tails
   bool upper_index = false;
+  /// With upper_index: create() also allocates view.victim_age (the own-first search)
+  bool own_first = false;
 };
 
 /// Marks "no reserved key seen" in a reject word.

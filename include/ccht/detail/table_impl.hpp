@@ -79,12 +79,21 @@ table<Backend, Policy>::table(std::size_t num_slots, table_options options) : op
                 "global_samples " + std::to_string(options.global_samples) + " exceeds " +
                     std::to_string(max_global_samples));
   }
+  if (options.own_first_slack > 255) {
+    throw error(error_code::invalid_argument,
+                "own_first_slack " + std::to_string(options.own_first_slack) +
+                    " exceeds 255 (it is in 256ths of the victim age)");
+  }
   state_.cpu_threads = options.cpu_threads;
   if constexpr (Policy::global != global_layer::none) {
     state_.view.capacity = options.capacity ? options.capacity : slots;
     state_.tail_index = Policy::global == global_layer::entry_lru &&
                         options.global_search != victim_search::sampled;
-    state_.upper_index = state_.tail_index && options.global_search == victim_search::two_level;
+    state_.upper_index = state_.tail_index && (options.global_search == victim_search::two_level ||
+                                               options.global_search == victim_search::own_first);
+    state_.own_first = state_.upper_index && !Policy::kick_out &&
+                       options.global_search == victim_search::own_first;
+    state_.view.own_slack = options.own_first_slack;
     state_.view.samples = options.global_samples != 0 ? options.global_samples
                           : state_.upper_index       ? default_two_level_samples
                           : state_.tail_index        ? default_tail_samples
