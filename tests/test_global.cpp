@@ -564,17 +564,17 @@ TEST(GlobalModelTwoLevel, BucketSize16) {
 
 // Own-first on the two-level index: an insert at the capacity evicts its own buckets' oldest
 // entry when that is old enough against the last global victim, else the two-level victim.
-// Slack 0 asks for at least the last victim's age, 255 for almost nothing; both kinds of
-// victim must occur for the test to check the choice between them.
+// Slack 0 (the default) asks for at least the last victim's age, 255 for almost nothing; both
+// kinds of victim must occur for the test to check the choice between them.
 TEST(GlobalModelOwnFirst, BucketSize4SlackZero) {
   auto const st = run_global_model<ccht::double_lru, 4>(40, 130, 256, 400, 30000, 0x2e1, 91,
                                                         false, true, 0);
   EXPECT_GT(st.global_evictions, 1000u);
   EXPECT_GT(st.own_evictions, 140u);
 }
-TEST(GlobalModelOwnFirst, BucketSize4DefaultSlackSeveralUpperLines) {
-  auto const st = run_global_model<ccht::double_lru, 4>(
-      600, 300, 256, 900, 30000, 0x5eed, 92, false, true, int(ccht::default_own_first_slack));
+TEST(GlobalModelOwnFirst, BucketSize4SlackEightSeveralUpperLines) {
+  auto const st = run_global_model<ccht::double_lru, 4>(600, 300, 256, 900, 30000, 0x5eed, 92,
+                                                        false, true, 8);
   EXPECT_GT(st.global_evictions, 500u);
   EXPECT_GT(st.own_evictions, 80u);
 }

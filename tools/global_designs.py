@@ -125,13 +125,13 @@ def plot(results, path):
     for r in results:
         if r["family"] not in families:
             families.append(r["family"])
-    for fam in families:
+    for fi, fam in enumerate(families):
         pts = sorted((r["buckets_per_insert"], r["worst_gap_pp"], r["design"])
                      for r in results if r["family"] == fam)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=fam)
         for x, y, name in pts:
             ax.annotate(name.split(", ", 1)[-1], (x, y), textcoords="offset points",
-                        xytext=(4, 4), fontsize=7)
+                        xytext=[(4, 4), (4, 4), (4, -11), (-42, 4)][fi % 4], fontsize=7)
     ax.axhline(0.30, color="grey", linestyle=":", linewidth=1)
     ax.axvline(4.0, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("buckets per insert (mean over the 29 cells)")

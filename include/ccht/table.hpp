@@ -67,7 +67,7 @@ inline victim_search parse_victim_search(std::string_view name) {
 /// Buckets a two-level search ranks by default: one upper line (docs/global-layer.md).
 inline constexpr std::uint32_t default_two_level_samples = 256;
 /// Default table_options::own_first_slack (docs/global-layer.md).
-inline constexpr std::uint32_t default_own_first_slack = 8;
+inline constexpr std::uint32_t default_own_first_slack = 0;
 /// Buckets a sampled search reads by default (docs/global-layer.md).
 inline constexpr std::uint32_t default_sampled_buckets = 8;
 /// Most buckets table_options::global_samples may ask for (a sampled eviction reads each).

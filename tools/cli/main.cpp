@@ -13,8 +13,9 @@ namespace {
 
 /// Help of --own-slack, shared by every subcommand that takes it.
 constexpr char const* own_slack_help =
-    "With --global-search own-first: how much younger than recent global victims an own "
-    "bucket's oldest entry may be and still be evicted in place, in 256ths (0-255)";
+    "With --global-search own-first: how much younger than the last global victim an own "
+    "bucket's oldest entry may be and still be evicted in place, in 256ths (0-255; 0: at least "
+    "as old)";
 
 using namespace ccht;
 

@@ -79,7 +79,7 @@ struct bucket_array_view {
   score_type* victim_age = nullptr;
   /// Own-first search only: how much younger than *victim_age an own bucket's oldest entry may
   /// be and still be evicted in place, in 256ths of it (0 to 255).
-  std::uint32_t own_slack = 8;
+  std::uint32_t own_slack = 0;
 };
 
 }  // namespace ccht
