@@ -590,6 +590,23 @@ struct redis_tier::impl {
     return out;
   }
 
+  /// Calls @p serve(i, value) for each key of @p skeys with a pending value (under q_mu).
+  /// @return the indices of the others, which the servers must answer
+  template <class Serve>
+  std::vector<std::size_t> serve_pending(std::vector<std::string> const& skeys, Serve&& serve) {
+    std::vector<std::size_t> todo;
+    std::lock_guard q(q_mu);
+    auto const queued = pending(skeys);
+    for (std::size_t i = 0; i < skeys.size(); ++i) {
+      if (queued[i] == nullptr) {
+        todo.push_back(i);
+      } else {
+        serve(i, *queued[i]);
+      }
+    }
+    return todo;
+  }
+
   void writer_loop() {
     std::unique_lock lock(q_mu);
     for (;;) {
@@ -684,17 +701,9 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
     ++hit;
     m.hit_bytes.fetch_add(sizes[i], std::memory_order_relaxed);
   };
-  {  // read-your-writes: a value still in the write-back queue is newer than the server's
-    std::lock_guard q(m.q_mu);
-    auto const queued = m.pending(skeys);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (queued[i] == nullptr) {
-        todo.push_back(i);
-      } else {
-        accept(i, queued[i]->data(), queued[i]->size());
-      }
-    }
-  }
+  // read-your-writes: a value still in the write-back queue is newer than the server's
+  todo = m.serve_pending(
+      skeys, [&](std::size_t i, std::string const& v) { accept(i, v.data(), v.size()); });
   if (todo.empty()) {
     m.hits.fetch_add(hit, std::memory_order_relaxed);
     m.misses.fetch_add(n - hit, std::memory_order_relaxed);
@@ -793,20 +802,11 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
   if (n == 0) { return 0; }
   m.exists_checks.fetch_add(n, std::memory_order_relaxed);
   auto const skeys = m.stored_keys(keys);
-  std::vector<std::size_t> todo;
   std::size_t count = 0;
-  {  // read-your-writes, as in get()
-    std::lock_guard q(m.q_mu);
-    auto const queued = m.pending(skeys);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (queued[i] == nullptr) {
-        todo.push_back(i);
-      } else {
-        found[i] = true;
-        ++count;
-      }
-    }
-  }
+  std::vector<std::size_t> todo = m.serve_pending(skeys, [&](std::size_t i, std::string const&) {  // as in get()
+    found[i] = true;
+    ++count;
+  });
   if (todo.empty()) { return count; }
   std::lock_guard lock(m.fg_mu);
   m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, 1,
