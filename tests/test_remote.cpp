@@ -412,6 +412,44 @@ TEST_F(RedisTierOne, WriteBackValuesAreFoundBeforeTheServerHasThem) {
   }
 }
 
+// put_async(k, old) then put(k, new) from one thread: new must win on the server as well as in
+// get(), whether old is still queued (its write would land after put's) or in flight.
+TEST_F(RedisTierOne, SyncPutSupersedesOlderWriteBacksOfTheSameKeys) {
+  auto o = opts(server_.url(), "sup:");
+  o.timeout = 10s;  // the frozen server answers late, not never
+  o.write_linger = 0ms;
+  redis_tier tier(o);
+  batch flying(iota_keys(10), std::vector<std::size_t>(10, 1024), 31);  // keys 1..10
+  batch queued(iota_keys(1, 7000), {512}, 32);
+  std::vector<key_type> both = {queued.keys[0], flying.keys[0]};
+  batch newer(both, {512, 1024}, 33);
+  batch warm(iota_keys(1, 90000), {8}, 34);
+  ASSERT_EQ(tier.put_async(warm.keys, warm.src, warm.sizes), 1u);  // the writer connects
+  ASSERT_TRUE(tier.flush(5s));
+  server_.pause(true);
+  ASSERT_EQ(tier.put_async(flying.keys, flying.src, flying.sizes), 10u);
+  std::this_thread::sleep_for(100ms);  // the writer takes batch `flying` and waits on the server
+  ASSERT_EQ(tier.put_async(queued.keys, queued.src, queued.sizes), 1u);  // behind it
+  std::size_t stored = 0;
+  std::thread sync([&] { stored = tier.put(newer.keys, newer.src, newer.sizes); });
+  std::this_thread::sleep_for(200ms);
+  server_.pause(false);
+  sync.join();
+  EXPECT_EQ(stored, 2u);
+  {
+    fetched f(tier, newer.keys, newer.sizes);
+    EXPECT_EQ(f.hits, 2u);
+    for (std::size_t i = 0; i < 2; ++i) { EXPECT_EQ(f.data[i], newer.data[i]) << "key " << both[i]; }
+  }
+  ASSERT_TRUE(tier.flush(10s));
+  redis_tier other(o);  // nothing queued here: what it finds is on the server
+  fetched g(other, newer.keys, newer.sizes);
+  EXPECT_EQ(g.hits, 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(g.data[i], newer.data[i]) << "key " << both[i] << " on the server";
+  }
+}
+
 TEST_F(RedisTierOne, KilledAndRestartedServerIsRetriedWithBackoff) {
   auto o = opts(server_.url(), "k:");
   o.timeout = 300ms;

@@ -260,6 +260,7 @@ struct redis_tier::impl {
   std::vector<std::string> sending_keys, sending_values;
   std::size_t queue_bytes = 0;
   bool busy = false, stopping = false;
+  std::uint64_t batches_taken = 0, batches_done = 0;  // the writer's batches, for supersede()
   int flushing = 0;  // flush() callers waiting: the writer does not linger for them
   conn_set bg;  // the writer thread's only
   std::thread writer;
@@ -607,6 +608,33 @@ struct redis_tier::impl {
     return todo;
   }
 
+  /**
+   * A synchronous put() overtakes the write-back of the same keys, so that the newest write wins
+   * on the server too: queued values of those keys take the new value (their later write stores
+   * it again, not an older one), and a batch in flight that holds one of them is waited for, so
+   * that its older value reaches the server before the put's.
+   */
+  void supersede(std::vector<std::string> const& skeys, std::vector<std::string> const& values,
+                 std::vector<std::size_t> const& payload) {
+    std::unique_lock lock(q_mu);
+    if (queue.empty() && sending_keys.empty()) { return; }
+    std::unordered_map<std::string_view, std::size_t> newest;  // the last of a key asked twice
+    for (std::size_t i = 0; i < skeys.size(); ++i) { newest[skeys[i]] = i; }
+    for (auto& q : queue) {
+      auto const it = newest.find(q.key);
+      if (it == newest.end()) { continue; }
+      queue_bytes = queue_bytes - q.payload + payload[it->second];
+      q.value = values[it->second];
+      q.payload = payload[it->second];
+    }
+    bool const in_flight = std::any_of(sending_keys.begin(), sending_keys.end(), [&](auto const& k) {
+      return newest.contains(k);
+    });
+    if (!in_flight) { return; }
+    std::uint64_t const batch = batches_taken;  // the writer's timeouts bound this wait
+    idle_cv.wait(lock, [&] { return batches_done >= batch; });
+  }
+
   void writer_loop() {
     std::unique_lock lock(q_mu);
     for (;;) {
@@ -630,6 +658,7 @@ struct redis_tier::impl {
         queue.pop_front();
       }
       busy = true;
+      ++batches_taken;
       lock.unlock();
       std::size_t const stored = set_values(bg, sending_keys, sending_values, payload);
       if (stored < sending_keys.size()) {
@@ -640,7 +669,8 @@ struct redis_tier::impl {
       sending_values.clear();
       queue_bytes -= bytes;
       busy = false;
-      if (queue.empty()) { idle_cv.notify_all(); }
+      ++batches_done;
+      idle_cv.notify_all();  // flush() and supersede() wait on their own conditions
     }
   }
 };
@@ -759,6 +789,7 @@ std::size_t redis_tier::put(std::span<key_type const> keys, std::span<std::byte 
   std::vector<std::string> values(n);
   std::vector<std::size_t> payload(sizes.begin(), sizes.begin() + std::ptrdiff_t(n));
   for (std::size_t i = 0; i < n; ++i) { values[i] = impl::encode(keys[i], src[i], sizes[i]); }
+  m.supersede(skeys, values, payload);
   std::lock_guard lock(m.fg_mu);
   return m.set_values(m.fg, skeys, values, payload);
 }

@@ -62,7 +62,12 @@ class remote_store {
   virtual std::size_t get(std::span<key_type const> keys, std::span<std::byte* const> dst,
                           std::span<std::size_t const> sizes, std::span<bool> found) = 0;
 
-  /// Stores values synchronously (pipelined). @return the number stored
+  /**
+   * @brief Stores values synchronously (pipelined). It supersedes this object's earlier
+   *        put_async() of the same keys: once it returns, neither get() nor the server yields
+   *        an older queued value for them.
+   * @return the number stored
+   */
   virtual std::size_t put(std::span<key_type const> keys, std::span<std::byte const* const> src,
                           std::span<std::size_t const> sizes) = 0;
 
