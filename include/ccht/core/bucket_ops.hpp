@@ -436,7 +436,8 @@ struct bucket_ops {
         std::uint32_t const target_index = target == &b1 ? cb.first : cb.second;
         note_tail = v.tails != nullptr && target_empty;
         std::uint64_t before = 0;
-        if (tile.thread_rank() == 0) { before = detail::add_live(v.live, 1); }
+        bool swapped = false;  // at the capacity: the count stays, a victim goes for the entry
+        if (tile.thread_rank() == 0) { before = detail::reserve_live(v.live, v.capacity, swapped); }
         before = tile.shfl(before, 0);
         std::uint32_t victim_bucket = ~std::uint32_t{0};
         int own = -1;  // own-first: the own bucket (0: b1, 1: b2) whose oldest entry goes
@@ -456,7 +457,7 @@ struct bucket_ops {
           // In place: the new entry takes the victim's slot, which the write below reports.
           // The victim was its bucket's oldest, so the bucket's tail word stays a lower bound.
           detail::count_value_read(acc);  // the victim's value, to report it
-          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+          if (tile.thread_rank() == 0 && !swapped) { detail::add_live(v.live, -1); }
           target = own == 0 ? &b1 : &b2;
           slot = own_slot;
           status = op_status::inserted_evicted;
@@ -464,10 +465,11 @@ struct bucket_ops {
         } else if (before >= v.capacity) {
           if (detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
                                                    evicted_value, victim_bucket, acc)) {
-            if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
+            if (tile.thread_rank() == 0 && !swapped) { detail::add_live(v.live, -1); }
             status = op_status::inserted_evicted;
             note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
           } else {
+            if (tile.thread_rank() == 0 && swapped) { detail::add_live(v.live, 1); }
             owes_victim = true;  // repaid below, once the two locks are released
           }
         }

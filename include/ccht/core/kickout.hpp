@@ -140,10 +140,11 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
   bool const counted = layered && v.live != nullptr;
   global_victim gv;
   bool victim = false;
+  bool swapped = false;  // lane 0: at the capacity, nothing added (reserve_live)
   if constexpr (layered) {
     if (counted) {
       std::uint64_t before = 0;
-      if (tile.thread_rank() == 0) { before = add_live(v.live, 1); }
+      if (tile.thread_rank() == 0) { before = reserve_live(v.live, v.capacity, swapped); }
       before = tile.shfl(before, 0);
       if (before >= v.capacity) {
         victim = lock_global_victim<Policy::global>(tile, v, tick, lo, hi, gv, acc);
@@ -268,7 +269,9 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
   bool const evicts = used_victim || dropped;
   if (acc) { acc->kicks += kicks; }
   if (tile.thread_rank() == 0) {
-    if (counted && evicts) { add_live(v.live, -1); }
+    // Net +1 for the new entry, -1 for an eviction; reserve_live added 1 unless swapped.
+    if (counted && evicts && !swapped) { add_live(v.live, -1); }
+    if (counted && !evicts && swapped) { add_live(v.live, 1); }
     if (extra != no_bucket) { store_release(v.versions[extra], extra_held + 1); }
     if (victim) { release_victim(tile, v, gv); }
     store_release(v.versions[hi], vhi + 1);
