@@ -123,9 +123,11 @@ def test_capacity_below_slots_holds():
     assert (ek == ev).all()
 
 
-@pytest.mark.parametrize("search", ["two-level", "tail-index", "sampled"])
-def test_every_victim_search_holds_the_capacity_and_reports_its_victims(search):
-    t = ccht.Table(slots=1 << 12, policy="double-lru", capacity=3000, global_search=search)
+@pytest.mark.parametrize("search,slack", [("two-level", 0), ("tail-index", 0), ("sampled", 0),
+                                          ("own-first", 0), ("own-first", 64)])
+def test_every_victim_search_holds_the_capacity_and_reports_its_victims(search, slack):
+    t = ccht.Table(slots=1 << 12, policy="double-lru", capacity=3000, global_search=search,
+                   own_first_slack=slack)
     keys = np.arange(1, 10_001, dtype=U64)
     ek, ev = t.insert(keys, keys * U64(3))
     assert len(t) <= 3000
@@ -135,6 +137,9 @@ def test_every_victim_search_holds_the_capacity_and_reports_its_victims(search):
     assert t.find(held)[1].all()
     with pytest.raises(ValueError, match="two-level"):
         ccht.Table(slots=64, policy="double-lru", capacity=32, global_search="two_level")
+    with pytest.raises(ccht.Error, match="own_first_slack 256"):
+        ccht.Table(slots=64, policy="double-lru", capacity=32, global_search="own-first",
+                   own_first_slack=256)
 
 
 def test_errors_carry_the_cpp_message():
