@@ -266,13 +266,13 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
     // Clock and sticky words share one allocation, on separate 128-byte lines: the clock takes
     // an atomic per batch and per ref call, the sticky words only on rejections.
     // The live-entry word of the global capacity layer has a line of its own too.
-    auto* misc = static_cast<char*>(cuda_backend::allocate(384));
+    auto* misc = static_cast<char*>(cuda_backend::allocate(512));
     s.clock = reinterpret_cast<tick_type*>(misc);
     s.sticky_reject = reinterpret_cast<std::size_t*>(misc + 128);
     s.view.live = s.view.capacity != 0 ? reinterpret_cast<std::uint64_t*>(misc + 256) : nullptr;
-    // The own-first search's running victim age shares the live word's line (both are read by
-    // the same inserts at the capacity).
-    s.view.victim_age = s.own_first ? reinterpret_cast<score_type*>(misc + 264) : nullptr;
+    // The own-first search's victim age has a line of its own as well: it is written on every
+    // global victim, and the live word, read by every insert, only below the capacity.
+    s.view.victim_age = s.own_first ? reinterpret_cast<score_type*>(misc + 384) : nullptr;
     // The upper level of the two-level index follows the tails, in the same allocation.
     std::size_t const tail_words =
         s.tail_index ? std::size_t{num_buckets} + (s.upper_index ? tail_index_lines(num_buckets) : 0)
@@ -299,7 +299,7 @@ void cuda_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint6
                "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc, 0, 128, stream), "cudaMemsetAsync");
     check_cuda(cudaMemsetAsync(misc + 128, 0xff, 128, stream), "cudaMemsetAsync");  // no_reject
-    check_cuda(cudaMemsetAsync(misc + 256, 0, 128, stream), "cudaMemsetAsync");      // live = 0
+    check_cuda(cudaMemsetAsync(misc + 256, 0, 256, stream), "cudaMemsetAsync");      // live, victim age
     if (s.counts != nullptr) {
       check_cuda(cudaMemsetAsync(s.counts, 0, sizeof(access_counts), stream), "cudaMemsetAsync");
     }

@@ -310,11 +310,12 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
         cpu_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
     s.clock = static_cast<tick_type*>(cpu_backend::allocate(sizeof(tick_type)));
     if (s.view.capacity != 0) {
-      // live[1] is the own-first search's running victim age, on the same line.
-      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(2 * sizeof(std::uint64_t)));
-      s.view.live[0] = 0;
-      s.view.live[1] = 0;
-      if (s.own_first) { s.view.victim_age = s.view.live + 1; }
+      // live[16], on the next 128-byte line, is the own-first search's victim age: it is written
+      // on every global victim, and the live word, read by every insert, is written only below
+      // the capacity (reserve_live), so sharing a line would make each of those reads miss.
+      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(32 * sizeof(std::uint64_t)));
+      std::fill(s.view.live, s.view.live + 32, std::uint64_t{0});
+      if (s.own_first) { s.view.victim_age = s.view.live + 16; }
     }
     if (s.tail_index) {  // the upper level (two-level index) follows the tails
       std::size_t const words =
