@@ -423,6 +423,14 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t upper_window_lines(bucket_array_
   return w < lines ? w : lines;
 }
 
+/// (start + j) mod lines for start < lines and j <= lines: one compare instead of a division,
+/// which cost 16 integer divides per search (one per upper word).
+CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint32_t wrap_line(std::uint32_t start, std::uint32_t j,
+                                                          std::uint32_t lines) noexcept {
+  std::uint32_t const l = start + j;
+  return l >= lines ? l - lines : l;
+}
+
 /// Line alignment of a two-level window's start: 8 words, 64 bytes (a CPU cache line, two GPU
 /// sectors), so that a window of 16 words costs what an aligned 128-byte line does.
 inline constexpr std::uint32_t upper_window_align = 8;
@@ -484,8 +492,8 @@ CCHT_HOST_DEVICE bool lock_two_level_victim(Tile const& tile, bucket_array_view<
     for (std::uint32_t u = 0; u < uppers; ++u) { count_tail_read(acc); }
     if (start + window > num_lines) { count_tail_read(acc); }  // it wraps: one more read
     for (int j = lane; j < W * static_cast<int>(uppers); j += T, ++nh) {
-      bool const in = static_cast<std::uint32_t>(j) < window;
-      std::uint32_t const l = (start + static_cast<std::uint32_t>(j)) % num_lines;
+      bool const in = static_cast<std::uint32_t>(j) < window;  // then start + j < 2 * num_lines
+      std::uint32_t const l = wrap_line(start, static_cast<std::uint32_t>(j), num_lines);
       line_of[nh] = in ? l : ~std::uint32_t{0};
       hw[nh] = in ? load_relaxed(v.upper[l]) : no_rank;
     }
