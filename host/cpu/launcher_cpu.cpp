@@ -83,6 +83,10 @@ CCHT_FORCEINLINE void prefetch_line_pair(T const* first, bool write) {
 template <class Stage1, class Stage2, class Stage3, class Body>
 CCHT_FORCEINLINE void pipelined(std::size_t b, std::size_t e, Stage1&& stage1, Stage2&& stage2,
                                 Stage3&& stage3, Body&& body) {
+  if (e - b == 1) {  // nothing to overlap with: the stages would only repeat the body's reads
+    body(b);
+    return;
+  }
   for (std::size_t i = b; i < std::min(e, b + 3 * lead); ++i) { stage1(i); }
   for (std::size_t i = b; i < std::min(e, b + 2 * lead); ++i) { stage2(i); }
   for (std::size_t i = b; i < std::min(e, b + lead); ++i) { stage3(i); }
