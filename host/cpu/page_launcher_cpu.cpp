@@ -90,8 +90,11 @@ template <class Policy, page_op Op>
 struct page_prefetcher {
   page_ref<Policy> const& ref;
   page_batch const& b;
+  // Left uninitialised: stage 1 writes an element's entries before stage 2 and the body read them.
   key_type key_at[ring_size];
   detail::slot_hint hint_at[ring_size];
+
+  page_prefetcher(page_ref<Policy> const& r, page_batch const& batch) : ref(r), b(batch) {}
 
   /// What stage 2 learnt about element @p i (its candidates and first-bucket slot).
   CCHT_FORCEINLINE detail::slot_hint const* hint(std::size_t i) const {
@@ -178,7 +181,13 @@ CCHT_FORCEINLINE void write_outputs(page_batch const& b, std::size_t i, page_op_
 template <page_op Op, class Policy>
 void run_range(page_ref<Policy> const& ref, page_batch const& b, std::size_t lo, std::size_t hi,
                tick_type base, tally& t) {
-  page_prefetcher<Policy, Op> pf{ref, b, {}, {}};
+  if (hi - lo == 1) {  // nothing to overlap with: no stages, and the op finds its own slot
+    page_op_result const r = run_one<Op>(ref, b, lo, base + lo, nullptr);
+    write_outputs<Op>(b, lo, r);
+    t.count(Op, r, lo);
+    return;
+  }
+  page_prefetcher<Policy, Op> pf{ref, b};
   for (std::size_t i = lo; i < std::min(hi, lo + 2 * lead); ++i) { pf.stage1(i); }
   for (std::size_t i = lo; i < std::min(hi, lo + lead); ++i) { pf.stage2(i); }
   for (std::size_t i = lo; i < hi; ++i) {
