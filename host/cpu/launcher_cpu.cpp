@@ -319,12 +319,14 @@ void cpu_launcher::create(table_state& s, std::uint32_t num_buckets, std::uint64
         cpu_backend::allocate(std::size_t{num_buckets} * sizeof(std::uint32_t)));
     s.clock = static_cast<tick_type*>(cpu_backend::allocate(sizeof(tick_type)));
     if (s.view.capacity != 0) {
-      // live[16], on the next 128-byte line, is the own-first search's victim age: it is written
-      // on every global victim, and the live word, read by every insert, is written only below
-      // the capacity (reserve_live), so sharing a line would make each of those reads miss.
-      s.view.live = static_cast<std::uint64_t*>(cpu_backend::allocate(32 * sizeof(std::uint64_t)));
-      std::fill(s.view.live, s.view.live + 32, std::uint64_t{0});
-      if (s.own_first) { s.view.victim_age = s.view.live + 16; }
+      // The own-first search's victim age is on the next 128-byte line: it is written on every
+      // global victim, and the live word, read by every insert, is written only below the
+      // capacity (reserve_live), so sharing a line would make each of those reads miss.
+      constexpr std::size_t line_words = 128 / sizeof(std::uint64_t);
+      s.view.live = static_cast<std::uint64_t*>(
+          cpu_backend::allocate(2 * line_words * sizeof(std::uint64_t)));
+      std::fill(s.view.live, s.view.live + 2 * line_words, std::uint64_t{0});
+      if (s.own_first) { s.view.victim_age = s.view.live + line_words; }
     }
     if (s.tail_index) {  // the upper level (two-level index) follows the tails
       std::size_t const words =

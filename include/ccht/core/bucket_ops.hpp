@@ -457,7 +457,6 @@ struct bucket_ops {
           // In place: the new entry takes the victim's slot, which the write below reports.
           // The victim was its bucket's oldest, so the bucket's tail word stays a lower bound.
           detail::count_value_read(acc);  // the victim's value, to report it
-          if (tile.thread_rank() == 0 && !swapped) { detail::add_live(v.live, -1); }
           target = own == 0 ? &b1 : &b2;
           slot = own_slot;
           status = op_status::inserted_evicted;
@@ -465,13 +464,14 @@ struct bucket_ops {
         } else if (before >= v.capacity) {
           if (detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
                                                    evicted_value, victim_bucket, acc)) {
-            if (tile.thread_rank() == 0 && !swapped) { detail::add_live(v.live, -1); }
             status = op_status::inserted_evicted;
             note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
           } else {
-            if (tile.thread_rank() == 0 && swapped) { detail::add_live(v.live, 1); }
             owes_victim = true;  // repaid below, once the two locks are released
           }
+        }
+        if (tile.thread_rank() == 0) {
+          detail::settle_live(v.live, swapped, status == op_status::inserted_evicted);
         }
       }
     }

@@ -807,8 +807,8 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t add_live(std::uint64_t* live,
  *        owes a victim and swaps it for the new entry, so the count would only go up and down
  *        again. That keeps a full cache's inserts, all of which evict, off the one shared word's
  *        read-modify-write (two atomics per insert on one line, which measured a third of the
- *        insert's time with 2 CPU threads). An insert that then finds no victim calls
- *        add_live(live, 1) itself.
+ *        insert's time with 2 CPU threads). settle_live() adds the one an insert that then
+ *        finds no victim owes.
  * @return the count before; @p swapped tells whether nothing was added
  */
 CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t reserve_live(std::uint64_t* live,
@@ -817,6 +817,14 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE std::uint64_t reserve_live(std::uint64_t* live
   std::uint64_t const seen = load_relaxed(*live);
   swapped = seen >= capacity;
   return swapped ? seen : add_live(live, 1);
+}
+
+/// Settles a new entry's place in the live count once its insert knows whether it evicted
+/// (lane 0): net +1 for the entry, -1 for the victim, less what reserve_live() already added.
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void settle_live(std::uint64_t* live, bool swapped,
+                                                   bool evicted) noexcept {
+  if (evicted && !swapped) { (void)add_live(live, -1); }
+  if (!evicted && swapped) { (void)add_live(live, 1); }
 }
 
 /// Whether insert hook @p Hook lets an insert repay its overshoot (see upsert_hook).

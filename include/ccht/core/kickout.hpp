@@ -269,9 +269,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
   bool const evicts = used_victim || dropped;
   if (acc) { acc->kicks += kicks; }
   if (tile.thread_rank() == 0) {
-    // Net +1 for the new entry, -1 for an eviction; reserve_live added 1 unless swapped.
-    if (counted && evicts && !swapped) { add_live(v.live, -1); }
-    if (counted && !evicts && swapped) { add_live(v.live, 1); }
+    if (counted) { settle_live(v.live, swapped, evicts); }
     if (extra != no_bucket) { store_release(v.versions[extra], extra_held + 1); }
     if (victim) { release_victim(tile, v, gv); }
     store_release(v.versions[hi], vhi + 1);
