@@ -450,6 +450,43 @@ TEST_F(RedisTierOne, SyncPutSupersedesOlderWriteBacksOfTheSameKeys) {
   }
 }
 
+TEST_F(RedisTierOne, WriteBackOfAKeyStillQueuedTakesItsEntryAndBytes) {
+  auto o = opts(server_.url(), "co:");
+  o.timeout = 10s;  // the frozen server answers late, not never
+  o.write_linger = 0ms;
+  o.queue_bytes = 1024 + 2 * 512;  // the batch in flight, then two values of 512
+  redis_tier tier(o);
+  batch warm(iota_keys(1, 90000), {8}, 40);
+  ASSERT_EQ(tier.put_async(warm.keys, warm.src, warm.sizes), 1u);  // the writer connects
+  ASSERT_TRUE(tier.flush(5s));
+  server_.pause(true);
+  batch flying(iota_keys(1, 80000), {1024}, 41);
+  ASSERT_EQ(tier.put_async(flying.keys, flying.src, flying.sizes), 1u);
+  std::this_thread::sleep_for(100ms);  // the writer takes it and waits on the server
+  std::vector<batch> versions;
+  for (int i = 0; i < 10; ++i) {  // ten values for one key: one entry, 512 bytes of the bound
+    versions.emplace_back(iota_keys(1, 7000), std::vector<std::size_t>{512}, 50 + i);
+    ASSERT_EQ(tier.put_async(versions[i].keys, versions[i].src, versions[i].sizes), 1u) << i;
+  }
+  batch others(iota_keys(2, 7100), {512, 512}, 60);  // room for one more distinct value
+  EXPECT_EQ(tier.put_async(others.keys, others.src, others.sizes), 1u);
+  EXPECT_EQ(tier.stats().dropped, 1u);
+  {
+    fetched f(tier, versions.back().keys, versions.back().sizes);  // queued: the newest
+    EXPECT_EQ(f.hits, 1u);
+    EXPECT_EQ(f.data[0], versions.back().data[0]);
+  }
+  server_.pause(false);
+  ASSERT_TRUE(tier.flush(10s));
+  redis_tier other(o);  // nothing queued here: what it finds is on the server
+  fetched g(other, versions.back().keys, versions.back().sizes);
+  EXPECT_EQ(g.hits, 1u);
+  EXPECT_EQ(g.data[0], versions.back().data[0]);
+  fetched h(other, others.keys, others.sizes);
+  EXPECT_EQ(h.hits, 1u);
+  EXPECT_EQ(h.data[0], others.data[0]);
+}
+
 TEST_F(RedisTierOne, KilledAndRestartedServerIsRetriedWithBackoff) {
   auto o = opts(server_.url(), "k:");
   o.timeout = 300ms;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace ccht {
@@ -256,6 +257,10 @@ struct redis_tier::impl {
   std::mutex q_mu;
   std::condition_variable q_cv, idle_cv;
   std::deque<queued_value> queue;
+  // Each queued key's one entry: put_async() coalesces a key already queued into its entry, so
+  // that pending() and supersede() find it in O(1) instead of scanning the queue. The views point
+  // into the entries' keys, which a deque keeps in place until they are popped.
+  std::unordered_map<std::string_view, queued_value*> queued_at;
   // The writer's batch while busy: only it writes these, under q_mu; others read them under q_mu.
   std::vector<std::string> sending_keys, sending_values;
   std::size_t queue_bytes = 0;
@@ -577,17 +582,16 @@ struct redis_tier::impl {
   std::vector<std::string const*> pending(std::vector<std::string> const& skeys) const {
     std::vector<std::string const*> out(skeys.size(), nullptr);
     if (queue.empty() && sending_keys.empty()) { return out; }
-    std::unordered_map<std::string_view, std::size_t> want;  // first index of each key
-    for (std::size_t i = 0; i < skeys.size(); ++i) { want.emplace(skeys[i], i); }
-    auto see = [&](std::string const& key, std::string const& value) {  // in write order
-      auto const it = want.find(key);
-      if (it == want.end()) { return; }
-      for (std::size_t i = it->second; i < skeys.size(); ++i) {  // a key asked for twice
-        if (skeys[i] == key) { out[i] = &value; }
+    if (!sending_keys.empty()) {  // at most 4 x pipeline values, older than any queued one
+      std::unordered_map<std::string_view, std::string const*> sent;  // the last of a key
+      for (std::size_t j = 0; j < sending_keys.size(); ++j) { sent[sending_keys[j]] = &sending_values[j]; }
+      for (std::size_t i = 0; i < skeys.size(); ++i) {
+        if (auto const it = sent.find(skeys[i]); it != sent.end()) { out[i] = it->second; }
       }
-    };
-    for (std::size_t j = 0; j < sending_keys.size(); ++j) { see(sending_keys[j], sending_values[j]); }
-    for (auto const& q : queue) { see(q.key, q.value); }
+    }
+    for (std::size_t i = 0; i < skeys.size(); ++i) {
+      if (auto const it = queued_at.find(skeys[i]); it != queued_at.end()) { out[i] = &it->second->value; }
+    }
     return out;
   }
 
@@ -618,17 +622,17 @@ struct redis_tier::impl {
                  std::vector<std::size_t> const& payload) {
     std::unique_lock lock(q_mu);
     if (queue.empty() && sending_keys.empty()) { return; }
-    std::unordered_map<std::string_view, std::size_t> newest;  // the last of a key asked twice
-    for (std::size_t i = 0; i < skeys.size(); ++i) { newest[skeys[i]] = i; }
-    for (auto& q : queue) {
-      auto const it = newest.find(q.key);
-      if (it == newest.end()) { continue; }
-      queue_bytes = queue_bytes - q.payload + payload[it->second];
-      q.value = values[it->second];
-      q.payload = payload[it->second];
+    for (std::size_t i = 0; i < skeys.size(); ++i) {  // in order: the last of a key asked twice wins
+      auto const it = queued_at.find(skeys[i]);
+      if (it == queued_at.end()) { continue; }
+      queued_value& q = *it->second;
+      queue_bytes = queue_bytes - q.payload + payload[i];
+      q.value = values[i];
+      q.payload = payload[i];
     }
+    std::unordered_set<std::string_view> const asked(skeys.begin(), skeys.end());
     bool const in_flight = std::any_of(sending_keys.begin(), sending_keys.end(), [&](auto const& k) {
-      return newest.contains(k);
+      return asked.contains(k);
     });
     if (!in_flight) { return; }
     std::uint64_t const batch = batches_taken;  // the writer's timeouts bound this wait
@@ -651,6 +655,7 @@ struct redis_tier::impl {
       std::vector<std::size_t> payload;
       while (!queue.empty() && sending_keys.size() < take) {
         auto& q = queue.front();
+        queued_at.erase(q.key);  // before its key moves out
         bytes += q.payload;
         sending_keys.push_back(std::move(q.key));
         sending_values.push_back(std::move(q.value));
@@ -807,12 +812,21 @@ std::size_t redis_tier::put_async(std::span<key_type const> keys,
   {
     std::lock_guard lock(m.q_mu);
     for (std::size_t i = 0; i < n; ++i) {
-      if (m.queue_bytes + sizes[i] > m.opt.queue_bytes && !(m.queue.empty() && !m.busy)) {
+      std::string skey = m.stored_key(keys[i]);
+      auto const it = m.queued_at.find(skey);
+      std::size_t const replaced = it == m.queued_at.end() ? 0 : it->second->payload;
+      if (m.queue_bytes - replaced + sizes[i] > m.opt.queue_bytes && !(m.queue.empty() && !m.busy)) {
         break;  // full (an empty queue takes one value of any size)
       }
-      m.queue.push_back(queued_value{m.stored_key(keys[i]), impl::encode(keys[i], src[i], sizes[i]),
-                                     sizes[i]});
-      m.queue_bytes += sizes[i];
+      if (it != m.queued_at.end()) {  // still queued: the newer value takes its entry and place
+        it->second->value = impl::encode(keys[i], src[i], sizes[i]);
+        it->second->payload = sizes[i];
+      } else {
+        m.queue.push_back(queued_value{std::move(skey), impl::encode(keys[i], src[i], sizes[i]),
+                                       sizes[i]});
+        m.queued_at.emplace(m.queue.back().key, &m.queue.back());
+      }
+      m.queue_bytes = m.queue_bytes - replaced + sizes[i];
       ++taken;
     }
   }

@@ -29,6 +29,11 @@
  *
  * **Threads.** Calls from several threads are safe: foreground calls share one set of
  * connections under a mutex; the write-back thread of put_async() has its own.
+ *
+ * **Write-back queue.** put_async() of a key whose earlier value is still queued (not yet taken
+ * by the writer) replaces that value in place: one write of the newest value, at the older
+ * value's place in the queue, charged once against redis_options::queue_bytes. So get(),
+ * exists() and put() look queued keys up by key (O(batch)), not by scanning the queue.
  */
 #pragma once
 
