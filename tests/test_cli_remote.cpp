@@ -67,7 +67,10 @@ class cli_dir {
     cli_result r;
     r.cmd = env.empty() ? "" : env + " ";
     r.cmd += quoted(CCHT_CLI_PATH);
-    for (auto const& a : args) { r.cmd += " " + quoted(a); }
+    for (auto const& a : args) {  // two appends: `" " + string&&` trips GCC 12's -Wrestrict
+      r.cmd += ' ';
+      r.cmd += quoted(a);
+    }
     fs::path const out = path_ / "stdout", err = path_ / "stderr";
     std::string const full = r.cmd + " </dev/null >" + quoted(out) + " 2>" + quoted(err);
     int const st = std::system(full.c_str());
