@@ -884,7 +884,10 @@ TEST(Cli, WeightsCountsColdAndWarmLoads) {
   std::vector<std::byte> bytes(300000);
   for (std::size_t i = 0; i < bytes.size(); ++i) { bytes[i] = static_cast<std::byte>(i * 7); }
   for (int m = 0; m < 3; ++m) {
-    std::string const p = (dir.path() / ("m" + std::to_string(m) + ".safetensors")).string();
+    std::string name = "m";  // appends: `"m" + string&&` trips GCC 12's false -Wrestrict
+    name += std::to_string(m);
+    name += ".safetensors";
+    std::string const p = (dir.path() / name).string();
     std::vector<ccht::st_tensor_data> ts = {
         {"w", ccht::st_dtype::F32, {75000}, bytes},
         {"b", ccht::st_dtype::U8, {1000}, std::span(bytes).first(1000)}};
