@@ -630,6 +630,7 @@ struct redis_tier::impl {
       q.value = values[i];
       q.payload = payload[i];
     }
+    if (sending_keys.empty()) { return; }
     std::unordered_set<std::string_view> const asked(skeys.begin(), skeys.end());
     bool const in_flight = std::any_of(sending_keys.begin(), sending_keys.end(), [&](auto const& k) {
       return asked.contains(k);
