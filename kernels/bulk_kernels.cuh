@@ -239,6 +239,7 @@ __device__ __forceinline__ void for_tile_elements_counted(std::size_t n, access_
   add(total->bytes_read, local.bytes_read);
   add(total->bytes_written, local.bytes_written);
   add(total->kicks, local.kicks);
+  add(total->chosen_victims, local.chosen_victims);
 }
 static_assert(sizeof(std::uint64_t) == sizeof(unsigned long long));
 

@@ -84,8 +84,8 @@ void check_conservation(std::vector<thread_log> const& logs,
 /// One thread's mixed batch through table.execute.
 template <class Table>
 void execute_batch(Table& t, std::mt19937_64& rng, key_type lo, key_type width, std::uint64_t tag,
-                   thread_log& L) {
-  std::size_t const n = 1 + rng() % 8;
+                   thread_log& L, std::size_t max_n = 8) {
+  std::size_t const n = 1 + rng() % max_n;
   std::vector<op_code> ops(n);
   std::vector<key_type> keys(n);
   std::vector<value_type> vals(n), out(n, 0);
@@ -156,14 +156,16 @@ struct capacity_report {
   std::size_t capacity = 0;
   std::size_t max_size = 0;  ///< largest size() a monitor thread saw while the writers ran
   std::size_t final_size = 0;
+  std::uint64_t chosen_victims = 0;  ///< victims from bulk victim selects (access_counts)
 };
 
 template <class Policy>
 capacity_report stress_mixed(std::size_t slots, key_type key_range, int num_threads, int iters,
                              int cpu_threads, std::size_t capacity = 0,
-                             ccht::victim_search search = ccht::victim_search::tail_index) {
+                             ccht::victim_search search = ccht::victim_search::tail_index,
+                             std::size_t max_batch = 8) {
   ccht::table<cpu, Policy> t(slots, {.cpu_threads = cpu_threads, .capacity = capacity,
-                                     .global_search = search});
+                                     .global_search = search, .count_accesses = max_batch > 8});
   capacity_report cap{t.capacity(), 0, 0};
   std::atomic<bool> running{true};
   std::thread monitor([&] {  // the transient overshoot: concurrent inserts past the capacity
@@ -187,7 +189,7 @@ capacity_report stress_mixed(std::size_t slots, key_type key_range, int num_thre
       if (id % 4 == 3) {
         ref_op(r, rng, lo, width, tag, L);  // direct ref calls race with the bulk calls
       } else {
-        execute_batch(t, rng, lo, width, tag, L);
+        execute_batch(t, rng, lo, width, tag, L, max_batch);
       }
     }
   };
@@ -204,6 +206,7 @@ capacity_report stress_mixed(std::size_t slots, key_type key_range, int num_thre
   EXPECT_GT(ev, 0u) << "the stress never filled a bucket pair";
   cap.final_size = t.size();
   EXPECT_EQ(cap.final_size, present.size());
+  cap.chosen_victims = t.access_stats().chosen_victims;
   return cap;
 }
 
@@ -234,6 +237,20 @@ TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruSampled) {
 }
 TEST(Concurrency, CapacityHoldsUnderContentionCoarseLru) {
   capacity_holds<ccht::coarse_lru>(ccht::victim_search::sampled);
+}
+TEST(Concurrency, CapacityHoldsUnderContentionDoubleLruBulkSelect) {
+  // Batches of up to 256 ops on 64 buckets: at the capacity most choose their victims in one
+  // pass (table_options::bulk_victim_select), racing other batches' choices and per-key calls.
+  std::size_t const slots = 1024, capacity = slots * 9 / 10;
+  capacity_report const r = stress_mixed<ccht::double_lru>(
+      slots, 4000, 16, 3000 / work_scale, 1, capacity, ccht::victim_search::two_level, 256);
+  EXPECT_LE(r.final_size, r.capacity);
+  EXPECT_GT(r.chosen_victims, 1000u) << "the bulk victim select was hardly exercised";
+  std::printf("[ capacity ] double-lru, bulk select: capacity %zu, largest transient size %zu "
+              "(overshoot %zd), final %zu, %llu chosen victims\n",
+              r.capacity, r.max_size,
+              static_cast<std::ptrdiff_t>(r.max_size) - static_cast<std::ptrdiff_t>(r.capacity),
+              r.final_size, static_cast<unsigned long long>(r.chosen_victims));
 }
 // The kick-out baseline (LRU-CHT, Random-CHT) does not repay an overshoot (global.hpp), so only
 // the count's exactness and conservation are asserted there; the overshoot is printed.

@@ -1197,6 +1197,189 @@ TEST(GlobalTableOptions, BadOptionsAreRejected) {
   EXPECT_NO_THROW((ccht::table<cpu, ccht::coarse_lru>(256, {.capacity = 1})));
 }
 
+// ---- bulk victim select (table_options::bulk_victim_select) ------------------------------------
+
+/// A double-LRU table driven one call at a time, with an exact recency model: each call's ticks
+/// follow the previous call's, so the model's order is the table's.
+struct bulk_select_fixture {
+  driver<cpu, ccht::double_lru> d;
+  std::map<key_type, value_type> present;
+  std::map<key_type, std::uint64_t> last_use;  ///< key -> position of its last access
+  std::uint64_t clock = 0;
+
+  bulk_select_fixture(std::size_t slots, std::size_t capacity, bool bulk = true)
+      : d(slots, {.cpu_threads = 1, .capacity = capacity, .bulk_victim_select = bulk,
+                  .count_accesses = true}) {}
+
+  /// Inserts @p keys one call each (no bulk select: batches of one).
+  void fill(std::vector<key_type> const& keys) {
+    for (key_type k : keys) {
+      auto const r = d.insert_or_assign({k}, {k * 3});
+      ASSERT_TRUE(r.evicted_keys.empty()) << "the fill stays within the capacity";
+      present[k] = k * 3;
+      last_use[k] = ++clock;
+    }
+  }
+  /// Promotes @p keys, one find each, in order.
+  void touch(std::vector<key_type> const& keys) {
+    for (key_type k : keys) {
+      auto const r = d.find({k});
+      ASSERT_TRUE(r.found[0]);
+      last_use[k] = ++clock;
+    }
+  }
+  /// The @p n least recently used present keys, leaving out @p skip.
+  std::set<key_type> oldest(std::size_t n, std::set<key_type> const& skip = {}) const {
+    std::vector<std::pair<std::uint64_t, key_type>> order;
+    for (auto const& [k, t] : last_use) {
+      if (present.count(k) && !skip.count(k)) { order.push_back({t, k}); }
+    }
+    std::sort(order.begin(), order.end());
+    std::set<key_type> out;
+    for (std::size_t i = 0; i < n && i < order.size(); ++i) { out.insert(order[i].second); }
+    return out;
+  }
+  /// One bulk insert_or_assign of @p keys (values key * 7); checks and applies its reports.
+  std::set<key_type> bulk_insert(std::vector<key_type> const& keys) {
+    std::vector<value_type> vals(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) { vals[i] = keys[i] * 7; }
+    auto const r = d.insert_or_assign(keys, vals);
+    std::set<key_type> evicted;
+    for (std::size_t i = 0; i < r.evicted_keys.size(); ++i) {
+      key_type const k = r.evicted_keys[i];
+      EXPECT_TRUE(evicted.insert(k).second) << "key " << k << " reported twice";
+      auto const it = present.find(k);
+      if (it == present.end()) {
+        ADD_FAILURE() << "evicted key " << k << " was not present";
+        continue;
+      }
+      EXPECT_EQ(r.evicted_values[i], it->second) << "evicted key " << k << ": wrong value";
+      present.erase(it);
+    }
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      present[keys[i]] = vals[i];
+      last_use[keys[i]] = clock + 1 + i;
+    }
+    clock += keys.size();
+    return evicted;
+  }
+  void expect_contents() {
+    EXPECT_EQ(to_map_checked(d.export_all()), present);
+    EXPECT_EQ(live_word(d.t), present.size());
+    EXPECT_LE(d.t.size(), d.t.capacity());
+  }
+};
+
+std::vector<key_type> key_range(key_type first, std::size_t n) {
+  std::vector<key_type> k(n);
+  for (std::size_t i = 0; i < n; ++i) { k[i] = first + i; }
+  return k;
+}
+
+/// A bulk insert of n new keys into a full table evicts exactly the n least recently used
+/// entries, all of them taken from the batch's choice (no search), over one chunk and several.
+void bulk_select_evicts_the_oldest(std::size_t slots, std::size_t n, unsigned seed) {
+  std::size_t const capacity = slots / 2;
+  bulk_select_fixture f(slots, capacity);
+  ASSERT_GE(n, f.d.t.num_slots() / ccht::default_bucket_size) << "below the select's threshold";
+  std::mt19937_64 rng(seed);
+  auto keys = key_range(1, capacity);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  f.fill(keys);
+  std::vector<key_type> touched(keys.begin(), keys.begin() + capacity / 3);
+  std::shuffle(touched.begin(), touched.end(), rng);
+  f.touch(touched);  // recency is no longer the insert order
+  std::set<key_type> const expect = f.oldest(n);
+  f.d.t.reset_access_stats();
+  std::set<key_type> const evicted = f.bulk_insert(key_range(1000000, n));
+  EXPECT_EQ(evicted, expect) << "the victims are not the " << n << " oldest entries";
+  EXPECT_EQ(f.d.t.access_stats().chosen_victims, n) << "some victims were searched for";
+  f.expect_contents();
+}
+TEST(BulkVictimSelect, EvictsTheOldestEntriesOneChunk) { bulk_select_evicts_the_oldest(4096, 700, 1); }
+TEST(BulkVictimSelect, EvictsTheOldestEntriesSeveralChunks) {
+  bulk_select_evicts_the_oldest(16384, 5000, 2);  // chunks of 2048 take proportional shares
+}
+
+TEST(BulkVictimSelect, BelowTheThresholdTheInsertsSearch) {
+  bulk_select_fixture f(4096, 2048);  // 256 buckets: a batch needing 255 victims searches
+  f.fill(key_range(1, 2048));
+  f.d.t.reset_access_stats();
+  EXPECT_EQ(f.bulk_insert(key_range(1000000, 255)).size(), 255u);
+  EXPECT_EQ(f.d.t.access_stats().chosen_victims, 0u);
+  f.expect_contents();
+}
+
+TEST(BulkVictimSelect, ABatchOfAssignmentsChoosesNothing) {
+  // A full table and 700 upserts of present keys: no victim is needed, so the batch must not
+  // scan the table (the two passes would read its 256 buckets twice).
+  bulk_select_fixture f(4096, 2048);
+  f.fill(key_range(1, 2048));
+  f.d.t.reset_access_stats();
+  EXPECT_TRUE(f.bulk_insert(key_range(1, 700)).empty());
+  EXPECT_LE(f.d.t.access_stats().bucket_reads, 2u * 700) << "the batch scanned the table";
+  f.expect_contents();
+}
+
+TEST(BulkVictimSelect, OffSearchesEveryVictim) {
+  bulk_select_fixture f(4096, 2048, /*bulk=*/false);
+  f.fill(key_range(1, 2048));
+  f.d.t.reset_access_stats();
+  EXPECT_EQ(f.bulk_insert(key_range(1000000, 700)).size(), 700u);
+  EXPECT_EQ(f.d.t.access_stats().chosen_victims, 0u);
+  f.expect_contents();
+}
+
+TEST(BulkVictimSelect, EntriesTheBatchTouchesFirstAreSkipped) {
+  // The batch assigns k of the oldest keys before its n - k new keys: the choice (made for n new
+  // keys) includes them, their scores have changed, so they are skipped and the victims are the
+  // n - k oldest of the rest.
+  bulk_select_fixture f(4096, 2048);
+  f.fill(key_range(1, 2048));
+  std::size_t const n = 700, k = 100;
+  std::set<key_type> const oldest = f.oldest(n);
+  std::vector<key_type> batch;
+  std::mt19937_64 rng(3);
+  std::vector<key_type> old(oldest.begin(), oldest.end());
+  std::shuffle(old.begin(), old.end(), rng);
+  std::set<key_type> const assigned(old.begin(), old.begin() + k);
+  batch.insert(batch.end(), assigned.begin(), assigned.end());
+  for (key_type x : key_range(1000000, n - k)) { batch.push_back(x); }
+  std::set<key_type> const expect = f.oldest(n - k, assigned);
+  std::set<key_type> const evicted = f.bulk_insert(batch);
+  EXPECT_EQ(evicted, expect);
+  for (key_type a : assigned) { EXPECT_EQ(evicted.count(a), 0u) << "assigned key " << a << " evicted"; }
+  f.expect_contents();
+}
+
+TEST(BulkVictimSelect, PinnedEntriesAreNeverChosen) {
+  bulk_select_fixture f(4096, 2048);
+  f.fill(key_range(1, 2048));
+  std::size_t const n = 600;
+  std::set<key_type> pinned;
+  auto const ref = f.d.t.ref();
+  for (key_type k : f.oldest(n)) {  // every other of the oldest entries
+    if (k % 2 != 0) { continue; }
+    value_type v = 0;
+    ASSERT_EQ(ref.pin(ccht::scalar_tile{}, k, v), ccht::pin_status::done);
+    pinned.insert(k);
+  }
+  std::set<key_type> const expect = f.oldest(n, pinned);
+  std::set<key_type> const evicted = f.bulk_insert(key_range(1000000, n));
+  EXPECT_EQ(evicted, expect);
+  f.expect_contents();
+  for (key_type k : pinned) { EXPECT_EQ(ref.unpin(ccht::scalar_tile{}, k), ccht::pin_status::done); }
+}
+
+TEST(BulkVictimSelect, BelowTheCapacityOnlyTheExcessIsEvicted) {
+  // 1800 of 2048 held; 700 new keys: 452 evictions, the 452 oldest.
+  bulk_select_fixture f(4096, 2048);
+  f.fill(key_range(1, 1800));
+  std::set<key_type> const expect = f.oldest(452);
+  EXPECT_EQ(f.bulk_insert(key_range(1000000, 700)), expect);
+  f.expect_contents();
+}
+
 // =============================================================================================
 // 4. Concurrency (std::thread only, so TSan sees every thread)
 // =============================================================================================

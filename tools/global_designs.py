@@ -31,6 +31,10 @@ DESIGNS = [
     ("tail index, 2 lines", "tail index", ["--global-search", "tail-index", "--global-samples", "32"]),
     ("tail index, 4 lines", "tail index", ["--global-search", "tail-index", "--global-samples", "64"]),
     ("two-level, 1 window", "two-level", ["--global-search", "two-level", "--global-samples", "256"]),
+    # The default's searches alone: large batches search too (table_options::bulk_victim_select
+    # off). Only the batch-2^20 bench differs; replays and compare run batches of one.
+    ("two-level, 1 window, no bulk select", "two-level",
+     ["--global-search", "two-level", "--global-samples", "256", "--no-bulk-select"]),
     ("two-level, 2 windows", "two-level", ["--global-search", "two-level", "--global-samples", "512"]),
     ("two-level, 4 windows", "two-level", ["--global-search", "two-level", "--global-samples", "1024"]),
     ("own-first, slack 0", "own-first", ["--global-search", "own-first", "--own-slack", "0"]),

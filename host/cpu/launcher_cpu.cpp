@@ -23,9 +23,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #if CCHT_WITH_OPENMP
 #include <omp.h>
@@ -282,6 +285,7 @@ tick_type reserve_ticks(tick_type* clock, std::size_t n) {
 template <class Policy>
 using ops_t = bucket_ops<Policy, B>;
 
+
 /// Asks for transparent huge pages on the 2 MiB-aligned part of [p, p + bytes), before the pages
 /// are first touched. Only a hint: it is skipped for small tables, and failure is harmless.
 void advise_huge_pages(void* p, std::size_t bytes) {
@@ -304,6 +308,260 @@ void add_counts(access_counts* total, access_counts const& c) {
   std::atomic_ref<std::uint64_t>(total->bytes_read).fetch_add(c.bytes_read, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(total->bytes_written).fetch_add(c.bytes_written, std::memory_order_relaxed);
   std::atomic_ref<std::uint64_t>(total->kicks).fetch_add(c.kicks, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t>(total->chosen_victims).fetch_add(c.chosen_victims, std::memory_order_relaxed);
+}
+
+// ---- bulk victim select (table_options::bulk_victim_select) ------------------------------------
+// A bulk insert whose new keys need `need` victims, at least one per bucket, chooses the `need`
+// oldest evictable entries in two passes over the table instead of `need` global searches:
+// pass 1 builds a histogram of their scores (select_bins bins over [lowest tail word, base)),
+// from every bucket of a small table and from a sample of a large one; pass 2 collects, in
+// bucket order, every entry up to the bin where the count reaches `need`, and a small table
+// keeps the `need` oldest of them (exact), a large one all (about 3% more than `need`). Both
+// passes read the buckets in order (streamed, not missed), and the victims of one bucket are
+// taken one after another while its lines are still cached.
+
+/// Victims per bucket from which a bulk insert chooses them in one pass: below it the two
+/// passes (two reads of every bucket) would cost more than the searches they replace.
+constexpr std::size_t select_min_victims_per_bucket = 1;
+constexpr int select_bin_bits = 16;
+constexpr std::size_t select_bins = std::size_t{1} << select_bin_bits;
+/// Buckets pass 1 reads at most (every stride-th): its histogram only places the cut, and
+/// 2^14 buckets (2^18 slots) place it within about a percent.
+constexpr std::uint32_t select_sampled_buckets = 1u << 14;
+
+/// Victims chosen before a batch's inserts need them, ready for the chunk's hook.
+using victim_list = std::vector<victim_candidate>;
+
+/// Whether the bucket's slot holds an entry the global layer may evict: present, unpinned and
+/// not being removed (relaxed loads: the choice is a hint, verified under the lock).
+CCHT_FORCEINLINE bool evictable(bucket_t const& bk, int slot, score_type& score) {
+  if (load_relaxed(bk.keys[slot]) == empty_key) { return false; }
+  score = load_relaxed(bk.scores[slot]);
+  return !is_pinned_score(score);  // claimed_score is pinned too
+}
+
+/// Runs f(thread, first bucket, end bucket) over contiguous ranges of the buckets, one per
+/// thread, so that concatenating per-thread results in thread order keeps bucket order.
+template <class F>
+void for_each_bucket_range(std::uint32_t num_buckets, int nt, F&& f) {
+  auto range = [&](int t) {
+    auto const lo = static_cast<std::uint32_t>(std::uint64_t{num_buckets} * t / nt);
+    auto const hi = static_cast<std::uint32_t>(std::uint64_t{num_buckets} * (t + 1) / nt);
+    f(t, lo, hi);
+  };
+#if CCHT_WITH_OPENMP
+  if (nt > 1) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int t = 0; t < nt; ++t) { range(t); }
+    return;
+  }
+#endif
+  range(0);
+}
+
+/**
+ * Chooses the @p need oldest evictable entries of the table (fewer if it holds fewer, or if the
+ * sampled histogram underestimated them), in bucket order. Scores at or above @p base
+ * (concurrent inserts) fall in the last bin.
+ */
+victim_list select_victims(table_state const& s, std::size_t need, tick_type base) {
+  auto const& v = s.view;
+  // Every evictable score is at least its bucket's tail word (a lower bound): bins start there.
+  score_type lo = 0;
+  if (v.tails != nullptr) {
+    score_type m = no_rank;
+    if (v.upper != nullptr) {
+      for (std::uint32_t l = 0; l < tail_index_lines(v.num_buckets); ++l) {
+        m = std::min(m, load_relaxed(v.upper[l]));
+      }
+    } else {
+      for (std::uint32_t b = 0; b < v.num_buckets; ++b) { m = std::min(m, load_relaxed(v.tails[b])); }
+    }
+    lo = m < base ? m : 0;
+  }
+  score_type const span = base > lo ? base - lo : 1;
+  int const width = std::bit_width(span);
+  int const shift = width > select_bin_bits ? width - select_bin_bits : 0;
+  auto bin = [&](score_type sc) -> std::size_t {
+    std::size_t const k = sc < lo ? 0 : static_cast<std::size_t>((sc - lo) >> shift);
+    return k < select_bins ? k : select_bins - 1;
+  };
+#if CCHT_WITH_OPENMP
+  int const nt = std::max(1, std::min(s.cpu_threads > 0 ? s.cpu_threads : omp_get_max_threads(),
+                                       static_cast<int>(v.num_buckets / 1024) + 1));
+#else
+  int const nt = 1;
+#endif
+  access_counts* const counts = s.counts;
+  // Pass 1: the histogram of every stride-th bucket (every bucket of a small table, so that
+  // the choice is exact there).
+  std::uint32_t const stride = std::max<std::uint32_t>(1, v.num_buckets / select_sampled_buckets);
+  std::vector<std::uint64_t> hist(select_bins, 0);
+  access_counts sampled;  // the table's counters are shared: added atomically below
+  for (std::uint32_t b = 0; b < v.num_buckets; b += stride) {
+    bucket_t const& bk = v.buckets[b];
+    count_probe<B>(&sampled);
+    count_scores<B>(&sampled);
+    for (int i = 0; i < B; ++i) {
+      score_type sc;
+      if (evictable(bk, i, sc)) { ++hist[bin(sc)]; }
+    }
+  }
+  add_counts(counts, sampled);
+  // The cut: the first bin where the estimated count reaches `need` (with a margin when
+  // sampled); pass 2 takes every entry up to it, then keeps the `need` oldest.
+  std::uint64_t const want = stride == 1 ? need : need + need / 32 + 64 * std::uint64_t{stride};
+  std::size_t cut = 0;
+  for (std::uint64_t seen = 0; cut < select_bins - 1; ++cut) {
+    seen += hist[cut] * stride;
+    if (seen >= want) { break; }
+  }
+  // bin(sc) <= cut, for an evictable score: one compare (pinned scores are at least pin_one).
+  score_type const limit =
+      cut == select_bins - 1 ? pin_one
+                             : std::min<score_type>(pin_one, lo + (score_type{cut + 1} << shift));
+  // Pass 2: collect, per thread and in bucket order, what is at or below the cut.
+  std::vector<victim_list> found(nt);
+  for_each_bucket_range(v.num_buckets, nt, [&](int t, std::uint32_t b0, std::uint32_t b1) {
+    access_counts c;
+    victim_list& out = found[t];
+    out.reserve(want / nt + want / (8 * nt) + 16);
+    for (std::uint32_t b = b0; b < b1; ++b) {
+      bucket_t const& bk = v.buckets[b];
+      if (counts != nullptr) {
+        count_probe<B>(&c);
+        count_scores<B>(&c);
+      }
+      for (int i = 0; i < B; ++i) {
+        score_type const sc = load_relaxed(bk.scores[i]);
+        if (sc < limit && load_relaxed(bk.keys[i]) != empty_key) {
+          out.push_back({b, static_cast<std::uint32_t>(i), sc});
+        }
+      }
+    }
+    add_counts(counts, c);
+  });
+  victim_list all;
+  if (nt == 1) {
+    all = std::move(found[0]);
+  } else {
+    std::size_t total = 0;
+    for (auto const& l : found) { total += l.size(); }
+    all.reserve(total);
+    for (auto& l : found) {
+      all.insert(all.end(), l.begin(), l.end());
+      victim_list{}.swap(l);
+    }
+  }
+  // Exact (stride 1): the `need` oldest (scores are unique ticks), still in bucket order. Sampled:
+  // all of them, about `want` (a full sort of a million scores measured a third of the choice).
+  if (stride == 1 && all.size() > need) {
+    std::vector<score_type> sc(all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) { sc[i] = all[i].score; }
+    std::nth_element(sc.begin(), sc.begin() + static_cast<std::ptrdiff_t>(need - 1), sc.end());
+    score_type const limit = sc[need - 1];
+    std::erase_if(all, [&](victim_candidate const& c) { return c.score > limit; });
+  }
+  return all;
+}
+
+/// Keys of a batch looked up to estimate how many of its upserts insert new keys.
+constexpr std::size_t select_probe_keys = 256;
+
+/**
+ * The upserts of a batch of @p n (all of them, or those whose @p ops entry is an upsert) that
+ * insert a key absent from the table, estimated from up to select_probe_keys evenly spaced
+ * upserts (relaxed peeks, no lock, nothing changed). Assignments need no victim: a batch of
+ * them must not pay for a choice.
+ */
+std::size_t estimate_new_keys(table_state const& s, key_type const* keys, op_code const* ops,
+                              std::size_t n) {
+  auto const& v = s.view;
+  std::size_t const upserts =
+      ops == nullptr ? n : static_cast<std::size_t>(std::count(ops, ops + n, op_code::insert_or_assign));
+  if (upserts == 0) { return 0; }
+  std::size_t const step = std::max<std::size_t>(1, n / select_probe_keys);
+  std::size_t probed = 0, absent = 0;
+  for (std::size_t i = 0; i < n; i += step) {
+    if (ops != nullptr && ops[i] != op_code::insert_or_assign) { continue; }
+    candidate_buckets const cb = candidates(keys[i], v.seed, v.num_buckets);
+    ++probed;
+    absent += find_slot(scalar_tile{}, v.buckets[cb.first], keys[i]) < 0 &&
+              find_slot(scalar_tile{}, v.buckets[cb.second], keys[i]) < 0;
+  }
+  if (probed == 0) { return upserts; }  // none sampled: assume every upsert inserts
+  return static_cast<std::size_t>((static_cast<unsigned __int128>(upserts) * absent + probed - 1) / probed);
+}
+
+/// Chooses a batch's victims when its new keys (estimate_new_keys) need at least
+/// select_min_victims_per_bucket per bucket (the live count read once: a hint, the inserts
+/// settle the count exactly). @p ops is null for insert_or_assign().
+victim_list victims_for_batch(table_state const& s, key_type const* keys, op_code const* ops,
+                              std::size_t n, tick_type base) {
+  if (!s.bulk_select || n < s.view.num_buckets * select_min_victims_per_bucket) { return {}; }
+  std::uint64_t const live = load_relaxed(*s.view.live);
+  std::size_t const new_keys = estimate_new_keys(s, keys, ops, n);
+  if (live + new_keys <= s.view.capacity) { return {}; }
+  std::size_t const need =
+      std::min<std::uint64_t>(new_keys, live + new_keys - s.view.capacity);
+  if (need < select_min_victims_per_bucket * s.view.num_buckets) { return {}; }
+  return select_victims(s, need, base);
+}
+
+/**
+ * Insert hook of a chunk whose batch chose its victims: the plain upsert, plus the chunk's
+ * share of the chosen victims, in bucket order (detail::evict_supplied takes them).
+ */
+struct chosen_victims_hook : upsert_hook {
+  static constexpr bool supplies_victims = true;
+  bucket_array_view<B> const* v = nullptr;
+  victim_candidate const* next = nullptr;
+  victim_candidate const* end = nullptr;
+
+  /// Victims ahead of the one handed out whose lines are requested (an insert's time covers
+  /// a DRAM round trip).
+  static constexpr std::ptrdiff_t ahead = 4;
+
+  bool next_victim(victim_candidate& c) {
+    if (next == end) { return false; }
+    c = *next++;
+    if (end - next > ahead) {
+      victim_candidate const& p = next[ahead];
+      bucket_t const& bk = v->buckets[p.bucket];
+      prefetch_write(&v->versions[p.bucket]);
+      prefetch_line_pair(bk.keys, true);
+      prefetch_line_pair(bk.scores, true);
+      prefetch_read(&bk.values[p.slot]);
+    }
+    return true;
+  }
+  bool next_in_bucket(std::uint32_t bucket) const { return next != end && next->bucket == bucket; }
+};
+
+/// The part of @p list for elements [b, e) of a batch of @p n (proportional to their share).
+std::pair<victim_candidate const*, victim_candidate const*> share_of(victim_list const& list,
+                                                                     std::size_t b, std::size_t e,
+                                                                     std::size_t n) {
+  auto const at = [&](std::size_t i) {
+    return list.data() + static_cast<std::ptrdiff_t>(
+                             static_cast<unsigned __int128>(list.size()) * i / n);
+  };
+  return {at(b), at(e)};
+}
+
+/// One upsert of a bulk call: through @p hook when the batch chose its victims (double LRU),
+/// else the plain insert_or_assign.
+template <class Policy>
+CCHT_FORCEINLINE op_status upsert(bucket_array_view<B> const& v, key_type key, value_type value,
+                                  tick_type tick, key_type& ek, value_type& ev,
+                                  chosen_victims_hook& hook, bool chosen, access_counts* acc) {
+  if constexpr (Policy::global == global_layer::entry_lru && !Policy::kick_out) {
+    if (chosen) {
+      return ops_t<Policy>::insert_with(scalar_tile{}, v, key, value, tick, ek, ev, hook, acc);
+    }
+  }
+  return ops_t<Policy>::insert_or_assign(scalar_tile{}, v, key, value, tick, ek, ev, acc);
 }
 
 }  // namespace
@@ -449,9 +707,14 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   if (n == 0) { return; }
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
+  victim_list const chosen = victims_for_batch(s, keys, nullptr, n, base);
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
     prefetcher<Policy::promotes_on_hit> pf{v, keys, base};
+    if (!chosen.empty()) { pf.evicting = false; }  // no searches to prefetch for
+    chosen_victims_hook hook;
+    hook.v = &v;
+    std::tie(hook.next, hook.end) = share_of(chosen, b, e, n);
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
@@ -464,8 +727,8 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
           key_type ek = 0;
           value_type ev = 0;
-          if (ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek,
-                                              ev, acc) == op_status::inserted_evicted) {
+          if (upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, !chosen.empty(), acc) ==
+              op_status::inserted_evicted) {
             buf->push(ek, ev);
           }
         });
@@ -507,9 +770,14 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
   if (n == 0) { return; }
   tick_type const base = reserve_ticks(s.clock, n);
   auto const v = s.view;
+  victim_list const chosen = victims_for_batch(s, keys, ops, n, base);
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
     prefetcher<Policy::promotes_on_hit> pf{v, keys, base};
+    if (!chosen.empty()) { pf.evicting = false; }  // no searches to prefetch for
+    chosen_victims_hook hook;
+    hook.v = &v;
+    std::tie(hook.next, hook.end) = share_of(chosen, b, e, n);
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     auto stage1 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
@@ -547,8 +815,7 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
           key_type ek = 0;
           value_type ev = 0;
           op_status const st =
-              ops_t<Policy>::insert_or_assign(scalar_tile{}, v, keys[i], values[i], base + i, ek, ev,
-                                              acc);
+              upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, !chosen.empty(), acc);
           if (st == op_status::inserted_evicted) { buf->push(ek, ev); }
           status[i] = st;
           break;

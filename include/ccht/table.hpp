@@ -95,6 +95,16 @@ struct table_options {
   /// bucket's oldest entry may be and still be evicted in place, in 256ths (0 to 255).
   /// Larger is cheaper (fewer global searches) and evicts younger entries.
   std::uint32_t own_first_slack = default_own_first_slack;
+  /**
+   * ccht::double_lru on the CPU backend: a bulk insert_or_assign() or execute() whose new keys
+   * need at least one victim per bucket of the table (need >= num_buckets) chooses the `need`
+   * oldest entries in one pass over the table (a histogram of their scores) and hands them to
+   * its inserts in bucket order, instead of one global search per insert. A chosen victim that
+   * was touched, pinned or removed meanwhile is skipped, and an insert left without one searches
+   * as usual, so what holds for the search (reports, capacity, pins) holds here. On by default;
+   * off measures the search alone (docs/global-layer.md, "Bulk victim select").
+   */
+  bool bulk_victim_select = true;
   /// Count buckets and bytes touched by bulk operations (see access_stats()). Off by default.
   bool count_accesses = false;
 };

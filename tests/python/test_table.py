@@ -178,3 +178,21 @@ def test_access_stats_count():
     assert s["bucket_reads"] > 0 and s["bucket_writes"] >= 100
     t.reset_access_stats()
     assert t.access_stats()["bucket_reads"] == 0
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_large_batch_chooses_its_victims_in_one_pass(bulk):
+    # 256 buckets at capacity; 1000 new keys need more than one victim per bucket.
+    t = ccht.Table(slots=1 << 12, policy="double-lru", capacity=2000, cpu_threads=1,
+                   count_accesses=True, bulk_victim_select=bulk)
+    old = np.arange(1, 2001, dtype=U64)
+    t.insert(old, old)
+    t.reset_access_stats()
+    new = np.arange(10_001, 11_001, dtype=U64)
+    ek, ev = t.insert(new, new * U64(5))
+    assert len(t) == 2000
+    assert len(ek) == 1000 and (ek == ev).all()
+    assert set(ek.tolist()) <= set(old.tolist())
+    assert t.access_stats()["chosen_victims"] == (1000 if bulk else 0)
+    if bulk:  # batch inserts of one tick each: the oldest are the first 1000 inserted
+        assert sorted(ek.tolist()) == list(range(1, 1001))

@@ -88,6 +88,7 @@ prepared prepare(std::string const& name, bench_options const& o, policy_streams
   to.global_samples = o.global_samples;
   to.global_search = parse_victim_search(o.global_search);
   to.own_first_slack = o.own_slack;
+  to.bulk_victim_select = o.bulk_select;
   if constexpr (Policy::global != global_layer::none) { to.capacity = capacity; }
   auto t = std::make_shared<table<cpu_backend, Policy>>(o.slots, to);
   {

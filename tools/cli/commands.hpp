@@ -116,6 +116,7 @@ struct bench_options {
   std::uint32_t global_samples = 0;       ///< with policies: buckets ranked per global eviction
   std::string global_search = "two-level";  ///< with policies: two-level, tail-index, own-first or sampled
   std::uint32_t own_slack = ccht::default_own_first_slack;  ///< with own-first: its slack
+  bool bulk_select = true;        ///< with policies: table_options::bulk_victim_select
 };
 
 /// `ccht bench`.

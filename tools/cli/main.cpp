@@ -11,6 +11,10 @@
 
 namespace {
 
+/// Help of --no-bulk-select, shared by every subcommand that takes it.
+constexpr char const* no_bulk_select_help =
+    "ccht-double-lru: batches search a victim per insert instead of choosing all of a batch's "
+    "victims in one pass when it needs one per bucket (table_options::bulk_victim_select)";
 /// Help of --own-slack, shared by every subcommand that takes it.
 constexpr char const* own_slack_help =
     "With --global-search own-first: how much younger than the last global victim an own "
@@ -45,6 +49,7 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
   app->add_option("--own-slack", o.replay.own_slack, own_slack_help)
       ->capture_default_str()
       ->check(CLI::Range(0u, 255u));
+  app->add_flag("!--no-bulk-select", o.replay.bulk_select, no_bulk_select_help);
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -154,6 +159,7 @@ int main(int argc, char** argv) {
   bench->add_option("--own-slack", b.own_slack, own_slack_help)
       ->capture_default_str()
       ->check(CLI::Range(0u, 255u));
+  bench->add_flag("!--no-bulk-select", b.bulk_select, no_bulk_select_help);
 
   // kv-replay
   auto* kv = app.add_subcommand(
@@ -265,6 +271,7 @@ int main(int argc, char** argv) {
   compare->add_option("--own-slack", c.replay.own_slack, own_slack_help)
       ->capture_default_str()
       ->check(CLI::Range(0u, 255u));
+  compare->add_flag("!--no-bulk-select", c.replay.bulk_select, no_bulk_select_help);
   compare->add_option("--out", c.out_dir, "Results folder (default results/compare-<time>)");
   compare->add_flag("!--no-plot", c.plot, "Do not draw PNG plots");
 

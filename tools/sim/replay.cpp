@@ -74,6 +74,7 @@ replay_result run_table(std::span<request const> reqs, std::size_t capacity,
   to.global_samples = opt.global_samples;
   to.global_search = parse_victim_search(opt.global_search);
   to.own_first_slack = opt.own_slack;
+  to.bulk_victim_select = opt.bulk_select;
   to.count_accesses = true;  // per-chunk counters: cheap enough for the replay path
   table<Backend, Policy> t(slots, to);
   access_counts lookups, inserts;

@@ -33,6 +33,9 @@ struct replay_options {
   std::string global_search = "two-level";
   /// With global_search "own-first": table_options::own_first_slack.
   std::uint32_t own_slack = ccht::default_own_first_slack;
+  /// table_options::bulk_victim_select (ccht-double-lru: batches that need a victim per bucket
+  /// choose them in one pass).
+  bool bulk_select = true;
   int cpu_threads = 1;        ///< CPU backend threads per call
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  ///< table hash seed
 };

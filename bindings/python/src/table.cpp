@@ -147,10 +147,11 @@ class py_table {
   py_table(std::size_t slots, std::string const& policy, std::size_t capacity,
            std::string const& backend, std::uint64_t seed, std::uint32_t global_samples,
            std::string const& global_search, int cpu_threads, bool count_accesses,
-           std::uint32_t own_first_slack)
+           std::uint32_t own_first_slack, bool bulk_victim_select)
       : cuda_(parse_backend_is_cuda(backend)), policy_(policy) {
     table_options o;
     o.own_first_slack = own_first_slack;  // checked (0-255) by the table
+    o.bulk_victim_select = bulk_victim_select;
     o.seed = seed;
     o.capacity = capacity;
     o.global_samples = global_samples;
@@ -239,6 +240,7 @@ class py_table {
     d["bytes_read"] = c.bytes_read;
     d["bytes_written"] = c.bytes_written;
     d["kicks"] = c.kicks;
+    d["chosen_victims"] = c.chosen_victims;
     return d;
   }
   void reset_access_stats() { t_->reset_access_stats(); }
@@ -349,17 +351,19 @@ void bind_table(nb::module_& m) {
                        "1-D uint64 arrays (NumPy or any DLPack producer; CUDA arrays for a cuda "
                        "table) and release the GIL.")
       .def(nb::init<std::size_t, std::string const&, std::size_t, std::string const&,
-                    std::uint64_t, std::uint32_t, std::string const&, int, bool, std::uint32_t>(),
+                    std::uint64_t, std::uint32_t, std::string const&, int, bool, std::uint32_t,
+                    bool>(),
            "slots"_a, "policy"_a = "lru", "capacity"_a = 0, "backend"_a = "cpu",
            "seed"_a = default_seed, "global_samples"_a = 0, "global_search"_a = "two-level",
            "cpu_threads"_a = 0, "count_accesses"_a = false,
-           "own_first_slack"_a = default_own_first_slack,
+           "own_first_slack"_a = default_own_first_slack, "bulk_victim_select"_a = true,
            "A table of at least `slots` slots. `policy`: lru, fifo, lfu, double-lru, coarse-lru, "
            "cht-lru or cht-random. `capacity` (double-lru, coarse-lru): most entries held, below "
            "the slots (0: the slots). `global_search`: two-level, tail-index, own-first or "
            "sampled; `own_first_slack` (own-first, 0-255): how much younger than the last global "
            "victim, in 256ths of its age, an own bucket's oldest entry may be and still be "
-           "evicted in place.")
+           "evicted in place. `bulk_victim_select` (double-lru, cpu): an insert of a batch "
+           "needing a victim per bucket or more chooses them all in one pass.")
       .def("insert", &py_table::insert, "keys"_a, "values"_a,
            nb::sig("def insert(self, keys: numpy.typing.ArrayLike, values: numpy.typing.ArrayLike) -> "
                    "tuple[numpy.typing.NDArray[numpy.uint64], numpy.typing.NDArray[numpy.uint64]]"),

@@ -27,6 +27,9 @@ struct access_counts {
   std::uint64_t bytes_read = 0;     ///< bytes read, counted in 32-byte sectors
   std::uint64_t bytes_written = 0;  ///< bytes written, counted in 32-byte sectors
   std::uint64_t kicks = 0;          ///< kick-out policies: residents displaced by insert chains
+  /// Victims taken from a batch's bulk victim select (table_options::bulk_victim_select)
+  /// instead of a search.
+  std::uint64_t chosen_victims = 0;
 
   /// Adds another set of counts.
   CCHT_HOST_DEVICE access_counts& operator+=(access_counts const& o) noexcept {
@@ -35,6 +38,7 @@ struct access_counts {
     bytes_read += o.bytes_read;
     bytes_written += o.bytes_written;
     kicks += o.kicks;
+    chosen_victims += o.chosen_victims;
     return *this;
   }
   /// Buckets read or written.

@@ -221,6 +221,10 @@ struct upsert_hook {
   /// busy) evicts a victim after releasing its own locks (detail::repay_overshoot) and reports
   /// it. Hooks that tie a new entry's value to its victim (the page cache) leave this out.
   static constexpr bool repays_overshoot = true;
+  // Optional (absent here): `static constexpr bool supplies_victims = true;` with
+  // `bool next_victim(detail::victim_candidate&)` and `bool next_in_bucket(std::uint32_t)`:
+  // victims chosen for a whole batch, tried
+  // before the global search (detail::evict_supplied; the CPU backend's bulk victim select).
   /// Called before a new entry takes a free slot without evicting anything; false refuses it
   /// (the insert then changes nothing and returns op_status::no_space).
   CCHT_HOST_DEVICE bool reserve() noexcept { return true; }
@@ -462,8 +466,13 @@ struct bucket_ops {
           status = op_status::inserted_evicted;
           note_tail = false;
         } else if (before >= v.capacity) {
-          if (detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
-                                                   evicted_value, victim_bucket, acc)) {
+          bool supplied = false;  // a victim chosen for the whole batch (bulk victim select)
+          if constexpr (detail::supplies_victims_v<Hook>) {
+            supplied = detail::evict_supplied(tile, v, hook, tick, lo, hi, evicted_key,
+                                              evicted_value, victim_bucket, acc);
+          }
+          if (supplied || detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
+                                                               evicted_value, victim_bucket, acc)) {
             status = op_status::inserted_evicted;
             note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
           } else {

@@ -672,11 +672,13 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void release_victim(Tile const& tile,
 }
 
 /// Frees the victim's slot (its bucket held); its pair goes to @p ek / @p ev on every lane.
+/// Without @p refresh the bucket's tail word is left as it is: still a lower bound, only lower
+/// than it could be (the bulk select leaves it to the bucket's last chosen victim).
 template <class Tile, int B>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_array_view<B> const& v,
                                                    global_victim const& gv, tick_type now,
                                                    key_type& ek, value_type& ev,
-                                                   access_counts* acc) noexcept {
+                                                   access_counts* acc, bool refresh = true) noexcept {
   bucket<B>& b = v.buckets[gv.bucket];
   if (tile.thread_rank() == 0) {
     ek = load_relaxed(b.keys[gv.slot]);
@@ -687,7 +689,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void take_victim(Tile const& tile, bucket_arra
   count_slot_write(acc);
   ek = tile.shfl(ek, 0);
   ev = tile.shfl(ev, 0);
-  if (v.tails != nullptr) {  // the bucket's oldest entry just left: its word is exact again
+  if (v.tails != nullptr && refresh) {  // the bucket's oldest entry left: its word is exact again
     tile.sync();             // lane 0's store of the empty key, for the other lanes' scan
     refresh_tail(tile, v, gv.bucket, now, acc);
   }
@@ -787,6 +789,89 @@ CCHT_HOST_DEVICE bool evict_global(Tile const& tile, bucket_array_view<B> const&
       take_victim(tile, v, gv, tick, ek, ev, acc);
       release_victim(tile, v, gv);
       victim_bucket = gv.bucket;
+      return true;
+    }
+    release_victim(tile, v, gv);
+  }
+  return false;
+}
+
+// ---- victims chosen for a whole batch (bulk victim select) -------------------------------------
+
+/**
+ * @brief A victim chosen before the insert that takes it (bulk victim select, see
+ *        docs/global-layer.md): an entry's place and the score it had when chosen.
+ *
+ * Why: a bulk insert of n new keys into a full table needs n victims; choosing the n oldest in
+ * one pass over the table, in bucket order, replaces n searches and lets consecutive victims
+ * share a bucket. A candidate is only a hint: evict_supplied() verifies it under the lock.
+ */
+struct victim_candidate {
+  std::uint32_t bucket;  ///< bucket index
+  std::uint32_t slot;    ///< slot in the bucket
+  score_type score;      ///< the entry's score when chosen (a tick: unique to that entry)
+};
+
+/// Whether insert hook @p Hook hands out chosen victims (`bool next_victim(victim_candidate&)`
+/// and `bool next_in_bucket(std::uint32_t bucket)`, whether the next one is in @p bucket; lane
+/// 0), which an insert at the capacity tries before it searches.
+template <class Hook>
+inline constexpr bool supplies_victims_v = requires { requires Hook::supplies_victims; };
+
+/// Most chosen victims one insert tries (each may be stale) before it searches instead.
+inline constexpr int max_supplied_tries = 16;
+
+/**
+ * @brief Evicts the next still-valid victim @p hook supplies. The caller holds @p own_a and
+ *        @p own_b. A candidate is taken only if its slot still holds an entry with the score it
+ *        was chosen with: scores are ticks, so a promoted, replaced or pinned entry has another
+ *        score and is skipped. A busy bucket is skipped too (try-lock, as in the search).
+ * @return true with the pair in @p ek / @p ev and its bucket in @p victim_bucket (every lane);
+ *         false when max_supplied_tries candidates failed or the hook has none left
+ */
+template <class Tile, int B, class Hook>
+CCHT_HOST_DEVICE bool evict_supplied(Tile const& tile, bucket_array_view<B> const& v, Hook& hook,
+                                     tick_type tick, std::uint32_t own_a, std::uint32_t own_b,
+                                     key_type& ek, value_type& ev, std::uint32_t& victim_bucket,
+                                     access_counts* acc) noexcept {
+  for (int attempt = 0; attempt < max_supplied_tries; ++attempt) {
+    victim_candidate c{0, 0, 0};
+    int ok = 0;
+    // more: the hook's next victim is in the same bucket, whose tail word it will refresh
+    int more = 0;
+    if (tile.thread_rank() == 0) {
+      ok = hook.next_victim(c) ? 1 : 0;
+      more = ok && hook.next_in_bucket(c.bucket) ? 1 : 0;
+    }
+    if (tile.shfl(ok, 0) == 0) { return false; }
+    more = tile.shfl(more, 0);
+    c.bucket = tile.shfl(c.bucket, 0);
+    c.slot = tile.shfl(c.slot, 0);
+    c.score = tile.shfl(c.score, 0);
+    std::uint32_t held = 0;
+    if (c.bucket != own_a && c.bucket != own_b) {
+      if (tile.thread_rank() == 0) {
+        held = try_lock_bucket(v.versions[c.bucket]);
+        if (held) { fence_release(); }
+      }
+      held = tile.shfl(held, 0);
+      if (held == 0) { continue; }
+      fence_acquire();
+    }
+    global_victim const gv{c.bucket, static_cast<int>(c.slot), held};
+    bucket<B>& b = v.buckets[c.bucket];
+    count_probe<B>(acc);  // the slot's key and score, to verify
+    int same = 0;
+    if (tile.thread_rank() == 0) {
+      same = load_relaxed(b.keys[c.slot]) != empty_key && load_relaxed(b.scores[c.slot]) == c.score;
+    }
+    if (tile.shfl(same, 0) != 0 &&
+        (!v.optimistic_pins || claim_score(tile, b.scores[c.slot]))) {
+      if (v.victim_age != nullptr && tile.thread_rank() == 0) { note_victim_age(v, tick, c.score); }
+      take_victim(tile, v, gv, tick, ek, ev, acc, more == 0);
+      release_victim(tile, v, gv);
+      if (acc != nullptr) { acc->chosen_victims += 1; }
+      victim_bucket = c.bucket;
       return true;
     }
     release_victim(tile, v, gv);

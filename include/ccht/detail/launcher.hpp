@@ -37,6 +37,8 @@ struct table_state {
   bool upper_index = false;
   /// With upper_index: create() also allocates view.victim_age (the own-first search)
   bool own_first = false;
+  /// CPU, double_lru: large bulk inserts choose their victims in one pass (bulk_victim_select)
+  bool bulk_select = false;
 };
 
 /// Marks "no reserved key seen" in a reject word.

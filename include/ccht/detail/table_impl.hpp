@@ -94,6 +94,8 @@ table<Backend, Policy>::table(std::size_t num_slots, table_options options) : op
     state_.own_first = state_.upper_index && !Policy::kick_out &&
                        options.global_search == victim_search::own_first;
     state_.view.own_slack = options.own_first_slack;
+    state_.bulk_select = options.bulk_victim_select && Policy::global == global_layer::entry_lru &&
+                         !Policy::kick_out;
     state_.view.samples = options.global_samples != 0 ? options.global_samples
                           : state_.upper_index       ? default_two_level_samples
                           : state_.tail_index        ? default_tail_samples
