@@ -26,6 +26,7 @@
 #include <bit>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <span>
 #include <utility>
 #include <vector>
@@ -506,7 +507,11 @@ victim_list victims_for_batch(table_state const& s, key_type const* keys, op_cod
   std::size_t const need =
       std::min<std::uint64_t>(new_keys, live + new_keys - s.view.capacity);
   if (need < select_min_victims_per_bucket * s.view.num_buckets) { return {}; }
-  return select_victims(s, need, base);
+  try {  // about 16 bytes per victim: without them the inserts search, as they would anyway
+    return select_victims(s, need, base);
+  } catch (std::bad_alloc const&) {
+    return {};
+  }
 }
 
 /**

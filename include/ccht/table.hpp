@@ -101,8 +101,10 @@ struct table_options {
    * oldest entries in one pass over the table (a histogram of their scores) and hands them to
    * its inserts in bucket order, instead of one global search per insert. A chosen victim that
    * was touched, pinned or removed meanwhile is skipped, and an insert left without one searches
-   * as usual, so what holds for the search (reports, capacity, pins) holds here. On by default;
-   * off measures the search alone (docs/global-layer.md, "Bulk victim select").
+   * as usual, so what holds for the search (reports, capacity, pins) holds here. The choice
+   * takes about 16 bytes of host memory per victim for the call (without it the inserts search).
+   * On by default; off measures the search alone (docs/global-layer.md, "Bulk victim select").
+   * The CUDA backend always searches.
    */
   bool bulk_victim_select = true;
   /// Count buckets and bytes touched by bulk operations (see access_stats()). Off by default.
