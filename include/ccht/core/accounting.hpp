@@ -9,8 +9,9 @@
  * sector each of key, value and score plus the version word. A kick (kick-out policies) reads the
  * displaced entry's value and score sectors and writes its slot; the next bucket of the chain is
  * a probe. A line of the tail index (core/global.hpp) read, or a word of it written, counts as one
- * bucket access, as it costs one memory transaction. With one thread and batch size 1 the counts
- * are deterministic.
+ * bucket access, as it costs one memory transaction. The CPU backend's bulk victim select counts
+ * each bucket its passes read as a probe plus its score line, and each chosen victim's check as
+ * a probe. With one thread and batch size 1 the counts are deterministic.
  */
 #pragma once
 
