@@ -1301,14 +1301,19 @@ TEST(BulkVictimSelect, EvictsTheOldestEntriesSeveralChunks) {
   bulk_select_evicts_the_oldest(16384, 5000, 2);  // chunks of 2048 take proportional shares
 }
 
-TEST(BulkVictimSelect, BelowTheThresholdTheInsertsSearch) {
-  bulk_select_fixture f(4096, 2048);  // 256 buckets: a batch needing 255 victims searches
+/// A full table of 256 buckets and @p n new keys: every insert evicts, none from a choice.
+void expect_every_victim_searched(std::size_t n, bool bulk) {
+  bulk_select_fixture f(4096, 2048, bulk);
   f.fill(key_range(1, 2048));
   f.d.t.reset_access_stats();
-  EXPECT_EQ(f.bulk_insert(key_range(1000000, 255)).size(), 255u);
+  EXPECT_EQ(f.bulk_insert(key_range(1000000, n)).size(), n);
   EXPECT_EQ(f.d.t.access_stats().chosen_victims, 0u);
   f.expect_contents();
 }
+TEST(BulkVictimSelect, BelowTheThresholdTheInsertsSearch) {
+  expect_every_victim_searched(255, true);  // 255 victims for 256 buckets: below one per bucket
+}
+TEST(BulkVictimSelect, OffSearchesEveryVictim) { expect_every_victim_searched(700, false); }
 
 TEST(BulkVictimSelect, ABatchOfAssignmentsChoosesNothing) {
   // A full table and 700 upserts of present keys: no victim is needed, so the batch must not
@@ -1318,15 +1323,6 @@ TEST(BulkVictimSelect, ABatchOfAssignmentsChoosesNothing) {
   f.d.t.reset_access_stats();
   EXPECT_TRUE(f.bulk_insert(key_range(1, 700)).empty());
   EXPECT_LE(f.d.t.access_stats().bucket_reads, 2u * 700) << "the batch scanned the table";
-  f.expect_contents();
-}
-
-TEST(BulkVictimSelect, OffSearchesEveryVictim) {
-  bulk_select_fixture f(4096, 2048, /*bulk=*/false);
-  f.fill(key_range(1, 2048));
-  f.d.t.reset_access_stats();
-  EXPECT_EQ(f.bulk_insert(key_range(1000000, 700)).size(), 700u);
-  EXPECT_EQ(f.d.t.access_stats().chosen_victims, 0u);
   f.expect_contents();
 }
 

@@ -223,8 +223,8 @@ struct upsert_hook {
   static constexpr bool repays_overshoot = true;
   // Optional (absent here): `static constexpr bool supplies_victims = true;` with
   // `bool next_victim(detail::victim_candidate&)` and `bool next_in_bucket(std::uint32_t)`:
-  // victims chosen for a whole batch, tried
-  // before the global search (detail::evict_supplied; the CPU backend's bulk victim select).
+  // victims chosen for a whole batch, tried before the global search (detail::evict_supplied;
+  // the CPU backend's bulk victim select).
   /// Called before a new entry takes a free slot without evicting anything; false refuses it
   /// (the insert then changes nothing and returns op_status::no_space).
   CCHT_HOST_DEVICE bool reserve() noexcept { return true; }
