@@ -544,29 +544,32 @@ struct chosen_victims_hook : upsert_hook {
   bool next_in_bucket(std::uint32_t bucket) const { return next != end && next->bucket == bucket; }
 };
 
-/// The part of @p list for elements [b, e) of a batch of @p n (proportional to their share).
-std::pair<victim_candidate const*, victim_candidate const*> share_of(victim_list const& list,
-                                                                     std::size_t b, std::size_t e,
-                                                                     std::size_t n) {
+/// The hook of elements [b, e) of a batch of @p n: their share of @p chosen, proportional to
+/// their number (empty when the batch chose nothing: its inserts then search).
+chosen_victims_hook hook_for(bucket_array_view<B> const& v, victim_list const& chosen,
+                             std::size_t b, std::size_t e, std::size_t n) {
   auto const at = [&](std::size_t i) {
-    return list.data() + static_cast<std::ptrdiff_t>(
-                             static_cast<unsigned __int128>(list.size()) * i / n);
+    return chosen.data() + static_cast<std::ptrdiff_t>(
+                               static_cast<unsigned __int128>(chosen.size()) * i / n);
   };
-  return {at(b), at(e)};
+  chosen_victims_hook hook;
+  hook.v = &v;
+  hook.next = at(b);
+  hook.end = at(e);
+  return hook;
 }
 
-/// One upsert of a bulk call: through @p hook when the batch chose its victims (double LRU),
-/// else the plain insert_or_assign.
+/// One upsert of a bulk call: double LRU through @p hook (whose victims it tries before any
+/// search), other policies the plain insert_or_assign.
 template <class Policy>
 CCHT_FORCEINLINE op_status upsert(bucket_array_view<B> const& v, key_type key, value_type value,
                                   tick_type tick, key_type& ek, value_type& ev,
-                                  chosen_victims_hook& hook, bool chosen, access_counts* acc) {
+                                  chosen_victims_hook& hook, access_counts* acc) {
   if constexpr (Policy::global == global_layer::entry_lru && !Policy::kick_out) {
-    if (chosen) {
-      return ops_t<Policy>::insert_with(scalar_tile{}, v, key, value, tick, ek, ev, hook, acc);
-    }
+    return ops_t<Policy>::insert_with(scalar_tile{}, v, key, value, tick, ek, ev, hook, acc);
+  } else {
+    return ops_t<Policy>::insert_or_assign(scalar_tile{}, v, key, value, tick, ek, ev, acc);
   }
-  return ops_t<Policy>::insert_or_assign(scalar_tile{}, v, key, value, tick, ek, ev, acc);
 }
 
 }  // namespace
@@ -716,10 +719,8 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
     prefetcher<Policy::promotes_on_hit> pf{v, keys, base};
+    chosen_victims_hook hook = hook_for(v, chosen, b, e, n);
     if (!chosen.empty()) { pf.evicting = false; }  // no searches to prefetch for
-    chosen_victims_hook hook;
-    hook.v = &v;
-    std::tie(hook.next, hook.end) = share_of(chosen, b, e, n);
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     pipelined(
@@ -732,7 +733,7 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
           key_type ek = 0;
           value_type ev = 0;
-          if (upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, !chosen.empty(), acc) ==
+          if (upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, acc) ==
               op_status::inserted_evicted) {
             buf->push(ek, ev);
           }
@@ -779,10 +780,8 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
   for_each_chunk(n, s.cpu_threads, [&](std::size_t b, std::size_t e) {
     auto buf = std::make_unique_for_overwrite<eviction_buffer>();
     prefetcher<Policy::promotes_on_hit> pf{v, keys, base};
+    chosen_victims_hook hook = hook_for(v, chosen, b, e, n);
     if (!chosen.empty()) { pf.evicting = false; }  // no searches to prefetch for
-    chosen_victims_hook hook;
-    hook.v = &v;
-    std::tie(hook.next, hook.end) = share_of(chosen, b, e, n);
     access_counts c;
     access_counts* const acc = s.counts ? &c : nullptr;
     auto stage1 = [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
@@ -820,7 +819,7 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
           key_type ek = 0;
           value_type ev = 0;
           op_status const st =
-              upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, !chosen.empty(), acc);
+              upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, acc);
           if (st == op_status::inserted_evicted) { buf->push(ek, ev); }
           status[i] = st;
           break;
