@@ -1,6 +1,7 @@
 // The CPU backend's mappable page pool (include/ccht/cache/detail/vm.hpp): a memfd holds the
 // pages, the pool maps it once linearly, and objects map page offsets into reserved ranges.
 #include <ccht/cache/detail/vm.hpp>
+#include <ccht/detail/system.hpp>
 #include <ccht/error.hpp>
 
 #include <cerrno>
@@ -83,6 +84,10 @@ std::byte* vm<cpu_backend>::create(state& s, std::size_t bytes, std::size_t page
                                               " is not a multiple of the system page (" +
                                               std::to_string(sys) + " bytes)");
   }
+  // The pool is populated at once (no object's mapping ever allocates), so a budget larger than
+  // the machine can hold is refused here rather than left to the OOM killer.
+  check_host_memory(bytes, "a mappable page pool of " + std::to_string(bytes) + " bytes",
+                    "use a smaller budget");
   return try_create(s, bytes, false);
 }
 
@@ -106,12 +111,19 @@ std::byte* vm<cpu_backend>::reserve(state const& s, std::size_t bytes) {
 }
 
 void vm<cpu_backend>::map(state const& s, std::byte* at, std::size_t page_bytes,
-                          std::uint32_t first, std::size_t count) {
+                          std::uint32_t first, std::size_t count, bool writable) {
   std::size_t const len = count * page_bytes;
+  int const prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
   // MAP_POPULATE fills the page tables now, in one call, instead of one fault per 4 KiB later.
-  void* p = ::mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, s.fd,
+  void* p = ::mmap(at, len, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE, s.fd,
                    static_cast<off_t>(std::size_t{first} * page_bytes));
   if (p == MAP_FAILED) { fail("mapping pages", len, errno); }
+}
+
+void vm<cpu_backend>::protect_read_only(state const&, std::byte* at, std::size_t page_bytes,
+                                        std::size_t count) {
+  std::size_t const len = count * page_bytes;
+  if (::mprotect(at, len, PROT_READ) != 0) { fail("protecting pages", len, errno); }
 }
 
 void vm<cpu_backend>::unmap(state const&, std::byte* at, std::size_t page_bytes,

@@ -75,12 +75,16 @@ CUmemAllocationProp prop_for(int device) {
   return prop;
 }
 
-void set_access(int device, std::byte* at, std::size_t len) {
+CUresult try_set_access(int device, std::byte* at, std::size_t len, CUmemAccess_flags flags) {
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  check_cu(drv().set_access(reinterpret_cast<CUdeviceptr>(at), len, &access, 1), "cuMemSetAccess",
+  access.flags = flags;
+  return drv().set_access(reinterpret_cast<CUdeviceptr>(at), len, &access, 1);
+}
+
+void set_access(int device, std::byte* at, std::size_t len) {
+  check_cu(try_set_access(device, at, len, CU_MEM_ACCESS_FLAGS_PROT_READWRITE), "cuMemSetAccess",
            len);
 }
 
@@ -110,7 +114,7 @@ std::byte* vm<cuda_backend>::create(state& s, std::size_t bytes, std::size_t pag
       check_cu(drv().create(&h, page_bytes, &prop, 0), "cuMemCreate", page_bytes);
       s.handles.push_back(h);
     }
-    map(s, data, page_bytes, 0, pages);
+    map(s, data, page_bytes, 0, pages, true);
   } catch (...) {
     destroy(s, data, bytes);
     throw;
@@ -137,13 +141,30 @@ std::byte* vm<cuda_backend>::reserve(state const& s, std::size_t bytes) {
 }
 
 void vm<cuda_backend>::map(state const& s, std::byte* at, std::size_t page_bytes,
-                           std::uint32_t first, std::size_t count) {
+                           std::uint32_t first, std::size_t count, bool writable) {
   for (std::size_t i = 0; i < count; ++i) {
     check_cu(drv().map(reinterpret_cast<CUdeviceptr>(at + i * page_bytes), page_bytes, 0,
                       s.handles.at(first + i), 0),
              "cuMemMap", page_bytes);
   }
   set_access(s.device, at, count * page_bytes);
+  if (!writable) { protect_read_only(s, at, page_bytes, count); }
+}
+
+// Not yet run on a GPU: where the driver refuses read-only access to device memory, mappings
+// stay read-write (the Python views are read-only either way) instead of failing every publish.
+void vm<cuda_backend>::protect_read_only(state const& s, std::byte* at, std::size_t page_bytes,
+                                         std::size_t count) {
+  if (!s.read_only_ok) { return; }
+  std::size_t const len = count * page_bytes;
+  CUresult const r = try_set_access(s.device, at, len, CU_MEM_ACCESS_FLAGS_PROT_READ);
+  if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
+    s.read_only_ok = false;
+    check_cu(try_set_access(s.device, at, len, CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+             "cuMemSetAccess", len);
+    return;
+  }
+  check_cu(r, "cuMemSetAccess (read-only)", len);
 }
 
 void vm<cuda_backend>::unmap(state const&, std::byte* at, std::size_t page_bytes,

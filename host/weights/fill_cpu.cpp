@@ -2,6 +2,7 @@
 // and the CPU backend's fill, pread(2) straight into the objects' mapped ranges.
 #include <ccht/cache/model_loader.hpp>
 #include <ccht/core/hash.hpp>
+#include <ccht/detail/system.hpp>
 #include <ccht/error.hpp>
 
 #include <algorithm>
@@ -20,8 +21,12 @@ namespace ccht {
 
 file_identity identify_file(std::string const& path) {
   struct ::stat st {};
+  if (path.find('\0') != std::string::npos) { detail::require_regular_file(path); }  // refuses it
   if (::stat(path.c_str(), &st) != 0) {
     throw error(error_code::invalid_argument, path + ": cannot stat (" + std::strerror(errno) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {  // a FIFO would block its open() for ever; a directory has no header
+    detail::require_regular_file(path);
   }
   return file_identity{static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
                        static_cast<std::uint64_t>(st.st_size),
@@ -73,10 +78,7 @@ key_type content_key(st_header const& h, std::uint64_t file_size) noexcept {
 
 key_type content_key(st_header const& h, std::uint64_t file_size, std::string const& path) {
   key_type x = content_key(h, file_size);
-  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw error(error_code::invalid_argument, "cannot open " + path + ": " + std::strerror(errno));
-  }
+  int const fd = detail::open_regular_file(path);
   // Fine-tunes of one base model have equal headers: a few bytes of every tensor tell them apart.
   constexpr std::uint64_t sample = 64;
   constexpr int points = 4;
@@ -112,13 +114,7 @@ key_type remote_chunk_key(key_type content, std::uint32_t index) noexcept {
 
 namespace detail {
 
-int open_for_read(std::string const& path) {
-  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw error(error_code::invalid_argument, path + ": cannot open (" + std::strerror(errno) + ")");
-  }
-  return fd;
-}
+int open_for_read(std::string const& path) { return open_regular_file(path); }
 
 void close_file(int fd) noexcept { ::close(fd); }
 

@@ -1,6 +1,7 @@
 // The safetensors reader and writer (include/ccht/cache/safetensors.hpp). Strict: the first
 // violated rule is reported, naming the file and the tensor, before anything is cached.
 #include <ccht/cache/safetensors.hpp>
+#include <ccht/detail/system.hpp>
 #include <ccht/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -226,8 +227,7 @@ st_header parse_safetensors(std::string_view file, std::span<std::byte const> he
 }
 
 st_header read_safetensors(std::string const& path) {
-  int const fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { fail(path, std::string("cannot open (") + std::strerror(errno) + ")"); }
+  int const fd = detail::open_regular_file(path);  // never blocks on a FIFO
   struct ::stat st {};
   if (::fstat(fd, &st) != 0) {
     int const err = errno;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ccht/config.hpp>
+#include <ccht/detail/system.hpp>
 #include <ccht/error.hpp>
 #include <ccht/memory_space.hpp>
 
@@ -36,10 +37,12 @@ struct cpu_backend {
   using memory_space = host_memory;
   /// Name for tools and test output.
   static constexpr char const* name = "cpu";
-  /// Allocates @p bytes aligned to 128 bytes. Throws ccht::error (out_of_memory).
+  /// Allocates @p bytes aligned to 128 bytes. Throws ccht::error (out_of_memory), also when a
+  /// large allocation exceeds the memory the machine has available (detail::check_host_memory).
   static void* allocate(std::size_t bytes) {
     std::size_t const rounded = (bytes + 127) / 128 * 128;
     if (rounded < bytes) { throw error(error_code::out_of_memory, "allocation size overflows"); }
+    detail::check_host_memory(rounded, "a host allocation");
     void* p = std::aligned_alloc(128, rounded == 0 ? 128 : rounded);
     if (p == nullptr) {
       throw error(error_code::out_of_memory,

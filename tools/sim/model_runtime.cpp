@@ -1,6 +1,8 @@
 // The function runtime of `ccht weights` and examples/model_cache (model_runtime.hpp).
 #include "model_runtime.hpp"
 
+#include <ccht/detail/system.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -26,6 +28,7 @@ double median_of(std::vector<double> v) {
 }
 
 std::vector<std::byte> read_all(std::string const& path) {
+  ccht::detail::require_regular_file(path);  // a FIFO would block the open below for ever
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) { throw error(error_code::invalid_argument, path + ": cannot open"); }
   std::vector<std::byte> v(static_cast<std::size_t>(in.tellg()));

@@ -4,6 +4,7 @@
 
 #include <ccht/core/hash.hpp>
 #include <ccht/core/types.hpp>
+#include <ccht/detail/system.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -139,6 +140,7 @@ std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string con
 }
 
 std::string read_file(std::string const& path) {
+  ccht::detail::require_regular_file(path);  // a FIFO would block the open below for ever
   std::ifstream in(path, std::ios::binary);
   if (!in) { throw std::runtime_error(path + ": cannot open: " + std::strerror(errno)); }
   std::ostringstream buf;
@@ -292,6 +294,7 @@ trace_format detect_trace_format(std::string const& path, std::string& reason) {
       return r.f;
     }
   }
+  ccht::detail::require_regular_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) { throw std::runtime_error(path + ": cannot open"); }
   std::string head(4096, '\0');

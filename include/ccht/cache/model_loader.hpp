@@ -74,7 +74,8 @@ struct file_identity {
   bool operator==(file_identity const&) const = default;
 };
 
-/// stat(2) of @p path. @throws ccht::error invalid_argument naming the path and the reason
+/// stat(2) of @p path. @throws ccht::error invalid_argument naming the path and the reason, also
+/// when it is not a regular file (a FIFO, directory or device)
 file_identity identify_file(std::string const& path);
 /// Object key of the whole data section of a file version (model_layout::packed).
 key_type file_key(file_identity const& id) noexcept;
@@ -209,6 +210,10 @@ class model_loader {
   };
   std::shared_ptr<st_header const> header_for(std::string const& path, file_identity const& id);
   key_type content_for(std::string const& path, file_identity const& id, st_header const& h);
+  template <class Segments>
+  void check_fits(std::string const& path, Segments const& segs) const;
+  template <class Segments>
+  error no_space_error(std::string const& path, Segments const& segs) const;
 
   weight_cache<Backend>& cache_;
   model_loader_options options_;
@@ -247,7 +252,7 @@ struct file_filler<cuda_backend> {
 };
 #endif
 
-/// open(2) read-only, or throws naming @p path.
+/// open(2) read-only of a regular file (never blocks on a FIFO), or throws naming @p path.
 int open_for_read(std::string const& path);
 /// close(2).
 void close_file(int fd) noexcept;

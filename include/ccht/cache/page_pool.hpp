@@ -32,6 +32,12 @@ enum class pool_memory : std::uint8_t {
   mappable = 1,  ///< pages that can also be mapped elsewhere (see page_pool::map_pages)
 };
 
+/// How a mapping made by page_pool::map_pages may be accessed.
+enum class page_access : std::uint8_t {
+  read_write = 0,  ///< being filled
+  read_only = 1,   ///< published: shared by every holder, so nobody may write it
+};
+
 /// Allocation options of a ccht::page_pool.
 struct pool_options {
   pool_memory memory = pool_memory::plain;  ///< plain or mappable
@@ -130,10 +136,16 @@ class page_pool {
     return vm_type::reserve(vm_, pages * page_bytes_);
   }
   /// Maps pages first .. first + count - 1 (consecutive ids) at @p at, in order.
-  void map_pages(std::byte* at, page_id first, std::size_t count) const {
+  void map_pages(std::byte* at, page_id first, std::size_t count,
+                 page_access access = page_access::read_write) const {
     require_mappable("map_pages");
     if (std::size_t{first} + count > num_pages_) { (void)page(static_cast<page_id>(num_pages_)); }
-    vm_type::map(vm_, at, page_bytes_, first, count);
+    vm_type::map(vm_, at, page_bytes_, first, count, access == page_access::read_write);
+  }
+  /// Makes @p count mapped pages at @p at read-only (writes through this range then fault).
+  void protect_read_only(std::byte* at, std::size_t count) const {
+    require_mappable("protect_read_only");
+    vm_type::protect_read_only(vm_, at, page_bytes_, count);
   }
   /// Unmaps @p count mapped pages at @p at (the range stays reserved).
   void unmap_pages(std::byte* at, std::size_t count) const {

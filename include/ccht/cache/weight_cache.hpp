@@ -30,6 +30,16 @@
  * (by the acquire that evicted it, before that acquire returns), so a pointer kept past release()
  * faults instead of reading another object's bytes, once the page is reused.
  *
+ * **Read-only once published.** A fill's pages are mapped writable for its filler; publish()
+ * makes them read-only, and hits map pages read-only, so no holder can change the bytes that
+ * every later hit is served (a write faults). On CUDA this relies on cuMemSetAccess accepting
+ * read-only access (not yet run on a GPU; where refused, mappings stay read-write).
+ *
+ * **Bounded metadata.** An object that has no resident page left, no pin and no fill in progress
+ * is forgotten: its record goes and its address range is returned. So the objects known are at
+ * most the pages plus those being acquired, and kernel mappings stay within about twice the pages
+ * plus the objects, however many distinct objects a long-running process loads.
+ *
  * **Errors** (ccht::error, nothing changed): a zero size, an object larger than the budget, a key
  * repeated in one batch or acquired with another size than it has (invalid_size /
  * invalid_argument); publish or abandon of an object not being filled; release of an object with
@@ -38,8 +48,10 @@
  * **Keys.** Object keys are any 64-bit values; page keys are 64-bit hashes of (key, page index),
  * so two objects collide only with probability about 2^-64 per pair of pages.
  *
- * **Limits (CPU).** Each mapped run of pages is one kernel mapping; Linux allows 65530 per process
- * by default (vm.max_map_count), so pools of many small pages may need it raised. Pages of a
+ * **Limits (CPU).** Each mapped run of pages is one kernel mapping (and each gap between runs
+ * another); Linux allows 65530 per process by default (vm.max_map_count), so pools of more than
+ * about 30,000 small pages may need it raised. The pool is populated at construction, and a budget
+ * above the memory the machine has available is refused (out_of_memory). Pages of a
  * multiple of 2 MiB use hugetlb pages when available (weight_cache_options::huge), which makes
  * mapping about 500x cheaper.
  */
@@ -168,7 +180,7 @@ class weight_cache {
   std::size_t num_pages() const noexcept { return pages_.num_pages(); }
   /// Pages an object of @p bytes uses.
   std::size_t pages_for(std::size_t bytes) const noexcept {
-    return (bytes + page_bytes() - 1) / page_bytes();
+    return bytes / page_bytes() + (bytes % page_bytes() != 0);  // no overflow near SIZE_MAX
   }
   /// The page layer (for inspection).
   page_cache_type const& pages() const noexcept { return pages_; }
@@ -214,7 +226,11 @@ class weight_cache {
 
   record* find_locked(key_type key) const;
   void evicted_locked(std::span<page_id const> pages);
-  void map_locked(record& r, std::span<page_id const> pages);
+  void map_locked(record& r, std::span<page_id const> pages, std::span<page_status const> status);
+  void forget_if_idle_locked(record* r);
+  void protect_fill_locked(record const& r);
+  void take_locked(std::span<object_request const> requests, std::span<object_lease> leases,
+                   std::vector<record*>& recs);
   void unmap_locked(record& r, std::uint32_t first, std::uint32_t count);
   std::size_t page_acquire(std::span<key_type const> keys, std::span<page_id> pages,
                            std::span<page_status> status, std::vector<page_id>& evicted);

@@ -65,6 +65,48 @@ key_type model_loader<Backend>::content_for(std::string const& path, file_identi
   return k;
 }
 
+/// Throws, naming the tensor, when one segment alone needs more pages than the budget has.
+template <class Backend>
+template <class Segments>
+void model_loader<Backend>::check_fits(std::string const& path, Segments const& segs) const {
+  for (auto const& sg : segs) {
+    std::size_t const pages = cache_.pages_for(sg.bytes);
+    if (pages <= cache_.num_pages()) { continue; }
+    std::string const what = sg.name.empty() ? std::string("the data section")
+                                             : "tensor '" + std::string(sg.name) + "'";
+    throw error(error_code::invalid_size,
+                path + ": " + what + " is " + std::to_string(sg.bytes) + " bytes, " +
+                    std::to_string(pages) + " pages of " + std::to_string(cache_.page_bytes()) +
+                    " bytes; the budget holds only " + std::to_string(cache_.num_pages()) +
+                    " pages: raise the budget");
+  }
+}
+
+/// The no_space error of a load, saying why: the model is larger than the budget, other holders
+/// pin what it needs, or (nothing else pinned) its own pages collide in the page index.
+template <class Backend>
+template <class Segments>
+error model_loader<Backend>::no_space_error(std::string const& path, Segments const& segs) const {
+  std::size_t pages = 0;
+  for (auto const& sg : segs) { pages += cache_.pages_for(sg.bytes); }
+  std::size_t const pinned = cache_.stats().pages_pinned;
+  std::string const need = std::to_string(pages) + " pages of " +
+                           std::to_string(cache_.page_bytes()) + " bytes";
+  std::string why;
+  if (pages > cache_.num_pages()) {
+    why = "the model needs " + need + " at once and the budget holds " +
+          std::to_string(cache_.num_pages()) + ": raise the budget";
+  } else if (pinned != 0) {
+    why = "the model needs " + need + " and " + std::to_string(pinned) + " of the budget's " +
+          std::to_string(cache_.num_pages()) + " pages are pinned by other holders";
+  } else {
+    why = "nothing else is pinned, but the model's " + need + " could not all be placed in the " +
+          "budget's " + std::to_string(cache_.num_pages()) +
+          " pages at once (its pages collide in the page index): raise the budget";
+  }
+  return error(error_code::out_of_memory, path + ": no space for the model: " + why);
+}
+
 template <class Backend>
 loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
   auto const t0 = std::chrono::steady_clock::now();
@@ -76,14 +118,15 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     key_type key;
     std::uint64_t offset;
     std::size_t bytes;
-    key_type remote = 0;  // contents key of the remote tier's chunks
+    key_type remote = 0;        // contents key of the remote tier's chunks
+    std::string_view name = {};  // the tensor (per_tensor), or empty for the data section
   };
   key_type const content = options_.remote != nullptr ? content_for(path, id, *h) : 0;
   std::vector<segment> segs;
   std::vector<std::size_t> seg_of(h->tensors.size(), SIZE_MAX);
   if (options_.layout == model_layout::packed) {
     if (h->data_bytes != 0) {
-      segs.push_back({file_key(id), h->data_offset, h->data_bytes, content});
+      segs.push_back({file_key(id), h->data_offset, h->data_bytes, content, {}});
     }
     for (std::size_t t = 0; t < h->tensors.size(); ++t) {
       if (h->tensors[t].bytes() != 0) { seg_of[t] = 0; }
@@ -94,9 +137,11 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
       if (ti.bytes() == 0) { continue; }
       seg_of[t] = segs.size();
       segs.push_back({tensor_key(id, ti.name), h->data_offset + ti.begin, ti.bytes(),
-                      options_.remote != nullptr ? remote_chunk_key(content ^ tensor_key({}, ti.name), ~0u) : 0});
+                      options_.remote != nullptr ? remote_chunk_key(content ^ tensor_key({}, ti.name), ~0u) : 0,
+                      ti.name});
     }
   }
+  check_fits(path, segs);
 
   loaded_model<Backend> m;
   m.path_ = path;
@@ -230,12 +275,7 @@ loaded_model<Backend> model_loader<Backend>::load(std::string const& path) {
     }
     if (refused) {
       rollback(filling);
-      std::size_t total = 0;
-      for (auto const& sg : segs) { total += cache_.pages_for(sg.bytes) * pb; }
-      throw error(error_code::out_of_memory,
-                  path + ": no space for the model (" + std::to_string(total) +
-                      " bytes in pages; budget " + std::to_string(cache_.budget_bytes()) +
-                      " bytes): the rest is pinned by other holders");
+      throw no_space_error(path, segs);
     }
     // The remote tier first (page by page), then runs of consecutive pages still missing
     // become one file read each.

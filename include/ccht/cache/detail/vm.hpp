@@ -42,9 +42,13 @@ struct vm<cpu_backend> {
   static void destroy(state& s, std::byte* data, std::size_t bytes) noexcept;
   /// Reserves @p bytes of address space (inaccessible), aligned to s.align.
   static std::byte* reserve(state const& s, std::size_t bytes);
-  /// Maps @p count pages with consecutive ids from @p first at @p at.
+  /// Maps @p count pages with consecutive ids from @p first at @p at, read-write or read-only.
   static void map(state const& s, std::byte* at, std::size_t page_bytes, std::uint32_t first,
-                  std::size_t count);
+                  std::size_t count, bool writable);
+  /// Makes @p count mapped pages at @p at read-only (published objects: no holder can write
+  /// what others are served).
+  static void protect_read_only(state const& s, std::byte* at, std::size_t page_bytes,
+                                std::size_t count);
   /// Makes @p count pages at @p at inaccessible again (still reserved).
   static void unmap(state const& s, std::byte* at, std::size_t page_bytes, std::size_t count);
   /// Returns a reserved range (mapped pages in it are unmapped with it).
@@ -60,12 +64,16 @@ struct vm<cuda_backend> {
     int device = 0;
     bool huge = true;          ///< GPU pages are at least the allocation granularity (2 MiB)
     std::size_t align = 0;     ///< cuMemGetAllocationGranularity (minimum)
+    /// Whether cuMemSetAccess accepted a read-only mapping (the first refusal turns it off).
+    mutable bool read_only_ok = true;
   };
   static std::byte* create(state& s, std::size_t bytes, std::size_t page_bytes, huge_pages h);
   static void destroy(state& s, std::byte* data, std::size_t bytes) noexcept;
   static std::byte* reserve(state const& s, std::size_t bytes);
   static void map(state const& s, std::byte* at, std::size_t page_bytes, std::uint32_t first,
-                  std::size_t count);
+                  std::size_t count, bool writable);
+  static void protect_read_only(state const& s, std::byte* at, std::size_t page_bytes,
+                                std::size_t count);
   static void unmap(state const& s, std::byte* at, std::size_t page_bytes, std::size_t count);
   static void free(state const& s, std::byte* at, std::size_t bytes) noexcept;
 };

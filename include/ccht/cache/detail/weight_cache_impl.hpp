@@ -85,9 +85,28 @@ template <class Backend>
 weight_cache<Backend>::~weight_cache() {
   std::lock_guard lock(mu_);
   for (auto& [k, r] : objects_) {
-    unmap_locked(*r, 0, r->pages);
+    // The CPU's munmap of a whole range takes its mappings with it; CUDA must unmap first. A
+    // destructor never throws: a failed unmap leaves that range to the process's end.
+    if constexpr (!std::is_same_v<Backend, cpu_backend>) {
+      try {
+        unmap_locked(*r, 0, r->pages);
+      } catch (...) {
+        continue;
+      }
+    }
     pages_.pool().free_range(r->range, r->pages);
   }
+}
+
+template <class Backend>
+void weight_cache<Backend>::forget_if_idle_locked(record* r) {
+  if (r == nullptr || r->pins != 0 || r->busy != 0 || r->loading) { return; }
+  for (page_id p : r->mapped) {
+    if (p != no_page) { return; }
+  }
+  // No owner entry names r (unmapping cleared them), so nothing refers to it any more.
+  pages_.pool().free_range(r->range, r->pages);
+  objects_.erase(r->key);
 }
 
 template <class Backend>
@@ -197,23 +216,32 @@ void weight_cache<Backend>::evicted_locked(std::span<page_id const> victims) {
   for (page_id p : victims) {
     if (p == no_page || p >= owners_.size()) { continue; }
     owner const o = owners_[p];
-    if (o.rec != nullptr && o.rec->mapped[o.index] == p) { unmap_locked(*o.rec, o.index, 1); }
     owners_[p] = owner{};
     ++counts_.pages_evicted;
+    if (o.rec != nullptr && o.rec->mapped[o.index] == p) {
+      unmap_locked(*o.rec, o.index, 1);
+      forget_if_idle_locked(o.rec);
+    }
   }
 }
 
 template <class Backend>
-void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages) {
+void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages,
+                                       std::span<page_status const> status) {
+  // Pages to fill are mapped writable (always anew), published pages read-only.
+  auto const fill = [&](std::uint32_t k) { return status[k] == page_status::fill; };
+  auto const needs_map = [&](std::uint32_t k) { return fill(k) || r.mapped[k] != pages[k]; };
   std::uint32_t i = 0;
   while (i < r.pages) {
-    if (r.mapped[i] == pages[i]) {
+    if (!needs_map(i)) {
       ++i;
       continue;
     }
-    // A run of indices that need mapping and hold consecutive page ids: one mapping call.
+    // A run of indices that need mapping, hold consecutive page ids and share an access: one call.
     std::uint32_t j = i + 1;
-    while (j < r.pages && r.mapped[j] != pages[j] && pages[j] == pages[j - 1] + 1) { ++j; }
+    while (j < r.pages && needs_map(j) && pages[j] == pages[j - 1] + 1 && fill(j) == fill(i)) {
+      ++j;
+    }
     unmap_locked(r, i, j - i);
     for (std::uint32_t k = i; k < j; ++k) {
       owner const o = owners_[pages[k]];
@@ -221,12 +249,59 @@ void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages
         unmap_locked(*o.rec, o.index, 1);
       }
     }
-    pages_.pool().map_pages(r.range + std::size_t{i} * page_bytes(), pages[i], j - i);
+    pages_.pool().map_pages(r.range + std::size_t{i} * page_bytes(), pages[i], j - i,
+                            fill(i) ? page_access::read_write : page_access::read_only);
     for (std::uint32_t k = i; k < j; ++k) {
       r.mapped[k] = pages[k];
       owners_[pages[k]] = owner{&r, k};
     }
     i = j;
+  }
+}
+
+template <class Backend>
+void weight_cache<Backend>::take_locked(std::span<object_request const> requests,
+                                        std::span<object_lease> leases,
+                                        std::vector<record*>& recs) {
+  for (auto const& q : requests) {
+    if (record const* r = find_locked(q.key); r != nullptr && r->bytes != q.bytes) {
+      throw error(error_code::invalid_argument,
+                  "weight_cache::acquire: object " + std::to_string(q.key) + " is " +
+                      std::to_string(r->bytes) + " bytes, not " + std::to_string(q.bytes));
+    }
+  }
+  std::size_t e = 0;
+  try {
+    for (; e < requests.size(); ++e) {
+      auto const& q = requests[e];
+      leases[e] = object_lease{.status = object_status::pending, .data = nullptr, .bytes = q.bytes, .fill_pages = {}};
+      record* r = find_locked(q.key);
+      if (r == nullptr) {
+        auto fresh = std::make_unique<record>();
+        fresh->key = q.key;
+        fresh->bytes = q.bytes;
+        fresh->pages = static_cast<std::uint32_t>(pages_for(q.bytes));
+        fresh->mapped.assign(fresh->pages, no_page);
+        fresh->range = pages_.pool().reserve_range(fresh->pages);
+        r = fresh.get();
+        objects_.emplace(q.key, std::move(fresh));
+      }
+      if (r->loading) {
+        ++counts_.pending;
+        continue;
+      }
+      ++r->busy;
+      recs[e] = r;
+    }
+  } catch (...) {  // e.g. no address space left: give back what the batch took so far
+    for (std::size_t k = 0; k < e; ++k) {
+      if (recs[k] != nullptr) {
+        --recs[k]->busy;
+        forget_if_idle_locked(recs[k]);
+        recs[k] = nullptr;
+      }
+    }
+    throw;
   }
 }
 
@@ -262,34 +337,7 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
   std::vector<record*> recs(requests.size(), nullptr);
   {
     std::lock_guard lock(mu_);
-    for (auto const& q : requests) {
-      if (record const* r = find_locked(q.key); r != nullptr && r->bytes != q.bytes) {
-        throw error(error_code::invalid_argument,
-                    "weight_cache::acquire: object " + std::to_string(q.key) + " is " +
-                        std::to_string(r->bytes) + " bytes, not " + std::to_string(q.bytes));
-      }
-    }
-    for (std::size_t e = 0; e < requests.size(); ++e) {
-      auto const& q = requests[e];
-      leases[e] = object_lease{.status = object_status::pending, .data = nullptr, .bytes = q.bytes, .fill_pages = {}};
-      record* r = find_locked(q.key);
-      if (r == nullptr) {
-        auto fresh = std::make_unique<record>();
-        fresh->key = q.key;
-        fresh->bytes = q.bytes;
-        fresh->pages = static_cast<std::uint32_t>(pages_for(q.bytes));
-        fresh->range = pages_.pool().reserve_range(fresh->pages);
-        fresh->mapped.assign(fresh->pages, no_page);
-        r = fresh.get();
-        objects_.emplace(q.key, std::move(fresh));
-      }
-      if (r->loading) {
-        ++counts_.pending;
-        continue;
-      }
-      ++r->busy;
-      recs[e] = r;
-    }
+    take_locked(requests, leases, recs);
   }
 
   // One page batch for every object taken.
@@ -309,7 +357,10 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
   } catch (...) {
     std::lock_guard lock(mu_);
     for (record* r : recs) {
-      if (r != nullptr) { --r->busy; }
+      if (r != nullptr) {
+        --r->busy;
+        forget_if_idle_locked(r);
+      }
     }
     throw;
   }
@@ -329,8 +380,8 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
   };
   auto finish_fill = [&](std::size_t e) {  // under the lock: map, pin, hand out
     record& r = *recs[e];
-    std::span<page_id const> pg(pages.data() + first[e], r.pages);
-    map_locked(r, pg);
+    map_locked(r, std::span<page_id const>(pages.data() + first[e], r.pages),
+               std::span<page_status const>(status.data() + first[e], r.pages));
     r.fill.clear();
     for (std::uint32_t i = 0; i < r.pages; ++i) {
       if (status[first[e] + i] == page_status::fill) { r.fill.push_back(i); }
@@ -357,7 +408,8 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
         nospace += status[k] == page_status::no_space;
       }
       if (fills == 0 && pend == 0 && nospace == 0) {
-        map_locked(*r, std::span<page_id const>(pages.data() + first[e], r->pages));
+        map_locked(*r, std::span<page_id const>(pages.data() + first[e], r->pages),
+                   std::span<page_status const>(status.data() + first[e], r->pages));
         ++r->pins;
         --r->busy;
         ++counts_.hits;
@@ -370,6 +422,7 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
         undo(e);
         --r->busy;
         recs[e] = nullptr;
+        forget_if_idle_locked(r);
         if (nospace != 0) {
           ++counts_.no_space;
           leases[e].status = object_status::no_space;
@@ -429,6 +482,7 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
           record& r = *recs[e];
           r.loading = false;
           --r.busy;
+          forget_if_idle_locked(&r);
           ++counts_.no_space;
           leases[e].status = object_status::no_space;
           ready_.notify_all();
@@ -447,14 +501,30 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
 }
 
 template <class Backend>
+void weight_cache<Backend>::protect_fill_locked(record const& r) {
+  std::size_t i = 0;
+  while (i < r.fill.size()) {  // r.fill is ascending: runs of consecutive indices, one call each
+    std::size_t j = i + 1;
+    while (j < r.fill.size() && r.fill[j] == r.fill[j - 1] + 1) { ++j; }
+    pages_.pool().protect_read_only(r.range + std::size_t{r.fill[i]} * page_bytes(), j - i);
+    i = j;
+  }
+}
+
+template <class Backend>
 void weight_cache<Backend>::publish(std::span<key_type const> keys) {
   std::lock_guard lock(mu_);
   std::vector<record*> recs;
+  std::unordered_set<record const*> seen;
   for (key_type k : keys) {
     record* r = find_locked(k);
     if (r == nullptr || !r->loading) {
       throw error(error_code::invalid_argument, "weight_cache::publish: object " +
                                                     std::to_string(k) + " is not being filled");
+    }
+    if (!seen.insert(r).second) {
+      throw error(error_code::invalid_argument, "weight_cache::publish: object " +
+                                                    std::to_string(k) + " appears twice in the batch");
     }
     recs.push_back(r);
   }
@@ -463,6 +533,7 @@ void weight_cache<Backend>::publish(std::span<key_type const> keys) {
   std::vector<page_result> res(pk.size());
   page_op(detail::page_op::publish, pk, res);
   for (record* r : recs) {
+    protect_fill_locked(*r);
     r->loading = false;
     r->fill.clear();
     ++counts_.publishes;
@@ -474,11 +545,16 @@ template <class Backend>
 void weight_cache<Backend>::abandon(std::span<key_type const> keys) {
   std::lock_guard lock(mu_);
   std::vector<record*> recs;
+  std::unordered_set<record const*> seen;
   for (key_type k : keys) {
     record* r = find_locked(k);
     if (r == nullptr || !r->loading) {
       throw error(error_code::invalid_argument, "weight_cache::abandon: object " +
                                                     std::to_string(k) + " is not being filled");
+    }
+    if (!seen.insert(r).second) {
+      throw error(error_code::invalid_argument, "weight_cache::abandon: object " +
+                                                    std::to_string(k) + " appears twice in the batch");
     }
     recs.push_back(r);
   }
@@ -501,6 +577,7 @@ void weight_cache<Backend>::abandon(std::span<key_type const> keys) {
     r->fill.clear();
     --r->pins;
     ++counts_.abandons;
+    forget_if_idle_locked(r);
   }
   ready_.notify_all();
 }
