@@ -254,7 +254,7 @@ class py_page_lease {
     check_open("publish");
     std::string bad;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       std::lock_guard lock(pins_->mu);
       std::vector<std::size_t> idx;
       if (which) {
@@ -332,13 +332,13 @@ class py_page_cache {
   }
   std::size_t erase(in_array<key_type> keys) {
     auto k = host_keys(keys, "PageCache.erase");
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     return c_->erase(k).first;
   }
   nb::dict stats() {
     page_cache_stats s;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       s = c_->stats();
     }
     return to_dict(s);
@@ -361,7 +361,7 @@ class py_page_cache {
     auto k = host_keys(keys, what);
     page_batch_result r;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       r = ((*c_).*call)(k);
     }
     return py_page_lease(c_, std::move(k), std::move(r), cuda_, device_id_);
@@ -615,7 +615,7 @@ class py_object_lease {
 
   void publish() {
     if (!hold_) { throw nb::value_error("ObjectLease.publish: the lease is closed"); }
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     std::lock_guard lock(pins_->mu);
     std::vector<key_type> k;
     std::vector<std::size_t> idx;
@@ -684,7 +684,7 @@ class py_weight_cache {
     }
     std::unique_ptr<model_base> m;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       m = c_->load(path, l);
     }
     return py_model(c_, std::move(m), path, cuda_, device_id_);
@@ -695,18 +695,18 @@ class py_weight_cache {
     for (auto const& [k, b] : requests) { req.push_back({k, b}); }
     std::vector<object_lease> leases(req.size());
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       c_->acquire(req, leases);
     }
     return py_object_lease(c_, std::move(req), std::move(leases), cuda_, device_id_);
   }
   std::size_t erase(std::vector<key_type> const& keys) {
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     return c_->erase(keys);
   }
   bool wait_ready(std::vector<key_type> const& keys, double timeout_s) {
     if (!(timeout_s >= 0)) { throw nb::value_error("wait_ready: timeout must be >= 0 seconds"); }
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     return c_->wait_ready(keys, std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
   }
   nb::dict stats() const { return to_dict(c_->stats()); }

@@ -24,6 +24,31 @@ namespace nb = nanobind;
 template <class T>
 using in_array = nb::ndarray<T const, nb::ndim<1>, nb::c_contig>;
 
+/// PyEval_RestoreThread(), except that a thread CPython ends instead (a daemon thread at
+/// interpreter shutdown) sleeps for good rather than unwinding: see gil_released.
+void restore_thread(PyThreadState* state) noexcept;
+
+/**
+ * @brief Releases the GIL for its lifetime, like nb::gil_scoped_release, but takes it back in a
+ *        way that survives interpreter shutdown.
+ *
+ * CPython (3.8-3.13) ends a daemon thread that asks for the GIL after finalisation began by
+ * pthread_exit(), a forced unwind of the C++ stack. Through this destructor (noexcept) that was
+ * std::terminate, "terminate called without an active exception"; nanobind's catch (...) could
+ * not let it pass either. restore_thread() parks such a thread for good instead (as Python 3.14
+ * does itself): the process is exiting. Hold no lock across the end of its scope.
+ */
+class gil_released {
+ public:
+  gil_released() noexcept : state_(PyEval_SaveThread()) {}
+  gil_released(gil_released const&) = delete;
+  gil_released& operator=(gil_released const&) = delete;
+  ~gil_released() { restore_thread(state_); }
+
+ private:
+  PyThreadState* state_;
+};
+
 /// Whether the CUDA backend was compiled into this module.
 #if CCHT_WITH_CUDA
 inline constexpr bool have_cuda = true;

@@ -9,6 +9,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cxxabi.h>
+#include <unistd.h>
+
 #include <stdexcept>
 
 namespace ccht::py {
@@ -41,11 +44,21 @@ int current_device_id(bool cuda) {
   return 0;
 }
 
+void restore_thread(PyThreadState* state) noexcept {
+  try {
+    PyEval_RestoreThread(state);
+  } catch (abi::__forced_unwind&) {
+    // Never leave this handler: ending it without a rethrow aborts, and a rethrow would reach
+    // noexcept frames. The process is exiting; this thread holds no lock (see gil_released).
+    for (;;) { pause(); }
+  }
+}
+
 hold::~hold() {
   if (!release_) { return; }
   std::string failure;
   {
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     try {
       release_();
     } catch (std::exception const& e) {
@@ -148,7 +161,7 @@ NB_MODULE(_ccht, m) {
     o.digest = digest;
     ccht::sim::weights_result r;
     {
-      nb::gil_scoped_release unlocked;
+      ccht::py::gil_released unlocked;
       r = ccht::sim::run_weights(o);
     }
     return std::make_pair(ccht::sim::weights_json_lines(o, r), r.verify_failures);

@@ -194,7 +194,7 @@ class py_table {
     if (keys.device_type() != nb::device::cpu::value) {
       throw nb::value_error("find_into: keys must be a host array");
     }
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     t_->find(keys.data(), keys.shape(0), values.data(), values.shape(0), found.data(),
              found.shape(0));
   }
@@ -221,11 +221,11 @@ class py_table {
   }
 
   std::size_t size() {
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     return t_->size();
   }
   void clear() {
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     t_->clear();
   }
   std::size_t capacity() const { return t_->capacity(); }
@@ -255,7 +255,7 @@ class py_table {
     std::vector<value_type> v(n);
     std::unique_ptr<bool[]> f(new bool[n]);
     std::vector<double> out;
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     for (int r = 0; r < reps; ++r) {
       auto const t0 = std::chrono::steady_clock::now();
       t_->find(keys.data(), n, v.data(), n, f.get(), n);
@@ -276,7 +276,7 @@ class py_table {
     auto* ev = x.mem.template alloc<value_type>(n);
     std::size_t m = 0;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       m = t_->insert(k, n, v, values.shape(0), ek, ev);
     }
     return {x.output(ek, m), x.output(ev, m)};
@@ -290,7 +290,7 @@ class py_table {
     auto* v = x.mem.template alloc<value_type>(n);
     auto* f = x.mem.template alloc<bool>(n);
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       t_->find(k, n, v, n, f, n);
     }
     return {x.output(v, n), x.output(f, n)};
@@ -303,7 +303,7 @@ class py_table {
     std::size_t const n = keys.shape(0);
     auto* f = x.mem.template alloc<bool>(n);
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       t_->contains(k, n, f);
     }
     return x.output(f, n);
@@ -313,7 +313,7 @@ class py_table {
   std::size_t erase_on(in_array<key_type> const& keys) {
     io<B> x;
     key_type const* k = x.input(keys, "erase", true);
-    nb::gil_scoped_release unlocked;
+    gil_released unlocked;
     return t_->erase(k, keys.shape(0));
   }
 
@@ -324,7 +324,7 @@ class py_table {
     key_type* k = nullptr;
     value_type* v = nullptr;
     {
-      nb::gil_scoped_release unlocked;
+      gil_released unlocked;
       std::size_t cap = t_->size() + 1024;
       while (true) {  // concurrent writers may grow it between the size and the copy
         k = x.mem.template alloc<key_type>(cap);
