@@ -5,11 +5,141 @@ are its own, and no call crashes the interpreter (not even at exit)."""
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import ccht
+
+U64 = np.uint64
+PAGE = 4096
+S = ccht.PageStatus
+
+
+# ---- case 4: a lease's batch calls check everything first --------------------------------------
+
+@pytest.mark.parametrize("which, message", [
+    ([0, 0], "element 0 is given twice"),
+    ([1, 2], "element 2 is out of range"),
+    ([-1], "element -1 is out of range"),
+    ([0, 1, 0], "element 0 is given twice"),
+])
+def test_page_lease_publish_checks_every_element_first(which, message):
+    pc = ccht.PageCache(num_pages=8, page_bytes=PAGE)
+    lease = pc.acquire(np.array([1, 2], dtype=U64))
+    with pytest.raises(ValueError, match=message):
+        lease.publish(which)
+    assert pc.stats()["publishes"] == 0, "nothing published"
+    lease.close()
+    s = pc.stats()
+    assert s["pages_pinned"] == 0 and s["pages_filling"] == 0 and s["abandons"] == 2
+
+
+def test_page_lease_publish_rejects_a_published_element_and_keeps_the_rest():
+    pc = ccht.PageCache(num_pages=8, page_bytes=PAGE)
+    with pc.acquire(np.array([1, 2], dtype=U64)) as lease:
+        lease.publish([0])
+        with pytest.raises(ValueError, match="element 0 is not an unpublished fill"):
+            lease.publish([1, 0])
+    s = pc.stats()
+    assert s["publishes"] == 1 and s["abandons"] == 1 and s["pages_pinned"] == 0
+
+
+# ---- case 5: publish racing close --------------------------------------------------------------
+
+def test_a_closed_lease_never_publishes_another_callers_fill():
+    pc = ccht.PageCache(num_pages=8, page_bytes=PAGE)
+    key = np.array([9], dtype=U64)
+    a = pc.acquire(key)
+    a.close()  # abandons the fill
+    b = pc.acquire(key)
+    assert b.status[0] == S.fill, "b fills the key now"
+    with pytest.raises(ValueError, match="PageLease.publish: the lease is closed"):
+        a.publish()
+    with pc.lookup(key) as look:
+        assert look.status[0] == S.pending, "b's unwritten page is not ready"
+    b.close()
+    wc = ccht.WeightCache(budget_bytes=8 * PAGE, page_bytes=PAGE)
+    lease = wc.acquire([(1, PAGE)])
+    lease.close()
+    with pytest.raises(ValueError, match="ObjectLease.publish: the lease is closed"):
+        lease.publish()
+
+
+def test_publish_racing_close_never_reaches_the_cache_after_close():
+    # The publisher converts a long `which` holding the GIL while the closer waits for it; a
+    # short switch interval then hands the GIL to the closer just as the publisher lets it go,
+    # inside publish: the closer's release and the publish race for the lease.
+    n = 200_000
+    pc = ccht.PageCache(num_pages=2 * n + 64, page_bytes=64)
+    errors, outcomes = [], []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for r in range(5):
+            keys = np.arange(1 + r * n, 1 + (r + 1) * n, dtype=U64)
+            lease = pc.acquire(keys)
+            assert (lease.status == S.fill).all()
+            which = list(range(n))
+            start = threading.Barrier(2)
+
+            def publisher():
+                start.wait()
+                try:
+                    lease.publish(which)
+                    outcomes.append("published")
+                except ValueError as e:
+                    (outcomes if "the lease is closed" in str(e) else errors).append(str(e))
+                except Exception as e:  # noqa: BLE001 - any other error is the bug
+                    errors.append(repr(e)[:200])
+
+            th = threading.Thread(target=publisher)
+            th.start()
+            start.wait()
+            time.sleep(0.0005)
+            lease.close()
+            third = pc.acquire(keys[:1])  # a third caller, once the lease is closed
+            th.join()
+            if third.status[0] == S.fill:
+                with pc.lookup(keys[:1]) as look:
+                    assert look.status[0] == S.pending, "the closed lease published a fill"
+            third.close()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[:3]
+    s = pc.stats()
+    assert s["pages_pinned"] == 0 and s["pages_filling"] == 0
+
+
+def test_threads_racing_publish_and_close_leave_no_pin():
+    pc = ccht.PageCache(num_pages=256, page_bytes=64)
+    errors = []
+    for r in range(200):
+        lease = pc.acquire(np.array([2 * r + 1, 2 * r + 2], dtype=U64))
+        start = threading.Barrier(3)
+
+        def publisher(which):
+            start.wait()
+            try:
+                lease.publish(which)
+            except ValueError as e:
+                if "the lease is closed" not in str(e):
+                    errors.append(str(e))
+            except Exception as e:  # noqa: BLE001
+                errors.append(repr(e))
+
+        ts = [threading.Thread(target=publisher, args=([i],)) for i in (0, 1)]
+        for t in ts:
+            t.start()
+        start.wait()
+        lease.close()
+        for t in ts:
+            t.join()
+    assert not errors, errors[:3]
+    s = pc.stats()
+    assert s["pages_pinned"] == 0 and s["pages_filling"] == 0
 
 
 # ---- case 7: bulk calls in daemon threads at interpreter exit -----------------------------------

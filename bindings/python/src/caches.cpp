@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -182,23 +183,114 @@ nb::dict to_dict(page_cache_stats const& s) {
   return d;
 }
 
-/// The pins of one lease: which elements hold one, and which fills are not published yet.
+/**
+ * @brief The pins of one lease, owned by it and shared with its views (through `hold`).
+ *
+ * Every read and change happens under `mu`, taken without the GIL, so the two cannot deadlock.
+ * publish and close serialise on `mu`: once the lease is closed, publish raises and never
+ * reaches the cache, so a fill that close abandoned is never published by key over the fill of
+ * another caller who acquired the key since.
+ */
 struct lease_pins {
   std::mutex mu;
-  std::vector<std::size_t> held;  ///< element indices holding a pin
+  std::vector<key_type> keys;     ///< per element
+  std::vector<bool> held;         ///< per element: holds a pin
   std::vector<bool> unpublished;  ///< per element: a fill not published yet
-  bool closed = false;            ///< the lease was closed (views may still hold it)
+  bool closed = false;            ///< closed: no publish, no new view (views may hold the pins)
 };
 
-/// Gives back a lease's pins: fills never published are abandoned, everything else released.
+/// Gives back a lease's pins: fills never published are abandoned, everything else released
+/// (both attempted; the first failure is rethrown after).
 template <class Cache>
-void release_lease(Cache& cache, lease_pins& p, std::vector<key_type> const& keys) {
+void release_lease(Cache& cache, lease_pins& p) {
   std::lock_guard lock(p.mu);
+  p.closed = true;
   std::vector<key_type> to_release, to_abandon;
-  for (std::size_t i : p.held) { (p.unpublished[i] ? to_abandon : to_release).push_back(keys[i]); }
-  p.held.clear();
-  if (!to_abandon.empty()) { cache.abandon(to_abandon); }
-  if (!to_release.empty()) { cache.release(to_release); }
+  for (std::size_t i = 0; i < p.keys.size(); ++i) {
+    if (p.held[i]) { (p.unpublished[i] ? to_abandon : to_release).push_back(p.keys[i]); }
+  }
+  p.held.assign(p.held.size(), false);
+  std::exception_ptr first;
+  auto attempt = [&](auto&& call) {
+    try {
+      call();
+    } catch (...) {
+      if (!first) { first = std::current_exception(); }
+    }
+  };
+  if (!to_abandon.empty()) { attempt([&] { cache.abandon(to_abandon); }); }
+  if (!to_release.empty()) { attempt([&] { cache.release(to_release); }); }
+  if (first) { std::rethrow_exception(first); }
+}
+
+/// Marks the lease closed. Waits, without the GIL, for a publish in progress.
+void close_lease(lease_pins& p) {
+  gil_released unlocked;
+  std::lock_guard lock(p.mu);
+  p.closed = true;
+}
+
+/// The elements @p which names (every unpublished fill when none) into @p idx, or why not:
+/// each must be in range, named once, and an unpublished fill.
+std::string chosen(lease_pins const& p, std::optional<std::vector<std::int64_t>> const& which,
+                   std::vector<std::size_t>& idx) {
+  std::size_t const n = p.keys.size();
+  if (!which) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (p.unpublished[i]) { idx.push_back(i); }
+    }
+    return {};
+  }
+  std::vector<bool> seen(n, false);
+  for (std::int64_t const w : *which) {
+    std::string const e = "element " + std::to_string(w);
+    if (w < 0 || static_cast<std::uint64_t>(w) >= n) {
+      return e + " is out of range (the lease has " + std::to_string(n) + ")";
+    }
+    auto const i = static_cast<std::size_t>(w);
+    if (seen[i]) { return e + " is given twice"; }
+    if (!p.unpublished[i]) { return e + " is not an unpublished fill of this lease"; }
+    seen[i] = true;
+    idx.push_back(i);
+  }
+  return {};
+}
+
+/// Publishes the elements @p which names, after checking all of them: nothing reaches the cache
+/// unless the lease is open and every element is valid. @p what prefixes the ValueError.
+template <class Cache>
+void publish_lease(Cache& cache, lease_pins& p,
+                   std::optional<std::vector<std::int64_t>> const& which, char const* what) {
+  std::string bad;
+  {
+    gil_released unlocked;
+    std::lock_guard lock(p.mu);
+    std::vector<std::size_t> idx;
+    bad = p.closed ? "the lease is closed" : chosen(p, which, idx);
+    if (bad.empty() && !idx.empty()) {
+      std::vector<key_type> k;
+      for (std::size_t i : idx) { k.push_back(p.keys[i]); }
+      cache.publish(k);
+      for (std::size_t i : idx) { p.unpublished[i] = false; }
+    }
+  }
+  if (!bad.empty()) { throw nb::value_error((std::string(what) + ": " + bad).c_str()); }
+}
+
+/// The ValueError of a call on a closed lease.
+[[noreturn]] void closed_error(char const* what) {
+  throw nb::value_error((std::string(what) + ": the lease is closed").c_str());
+}
+
+/// A lease's pins, per element: which hold one (hit or fill) and which are fills.
+template <class Cache>
+hold_ptr make_hold(std::shared_ptr<Cache> cache, std::shared_ptr<lease_pins> const& pins,
+                   std::vector<key_type> keys, std::vector<bool> held,
+                   std::vector<bool> fills) {
+  pins->keys = std::move(keys);
+  pins->held = std::move(held);
+  pins->unpublished = std::move(fills);
+  return std::make_shared<hold>([cache, pins] { release_lease(*cache, *pins); });
 }
 
 class py_page_lease {
@@ -208,19 +300,12 @@ class py_page_lease {
       : cache_(std::move(cache)), keys_(std::move(keys)), r_(std::move(r)), cuda_(cuda),
         device_id_(device_id), pins_(std::make_shared<lease_pins>()) {
     keys_.resize(r_.pages.size());  // match_prefix: the run only
-    pins_->unpublished.assign(keys_.size(), false);
+    std::vector<bool> held(keys_.size()), fills(keys_.size());
     for (std::size_t i = 0; i < keys_.size(); ++i) {
-      if (r_.status[i] == page_status::hit || r_.status[i] == page_status::fill) {
-        pins_->held.push_back(i);
-        pins_->unpublished[i] = r_.status[i] == page_status::fill;
-      }
+      held[i] = r_.status[i] == page_status::hit || r_.status[i] == page_status::fill;
+      fills[i] = r_.status[i] == page_status::fill;
     }
-    auto cache_ref = cache_;
-    auto pins = pins_;
-    auto keys_copy = keys_;
-    hold_ = std::make_shared<hold>([cache_ref, pins, keys_copy] {
-      release_lease(*cache_ref, *pins, keys_copy);
-    });
+    hold_ = make_hold(cache_, pins_, keys_, std::move(held), std::move(fills));
   }
 
   std::size_t size() const { return keys_.size(); }
@@ -238,7 +323,8 @@ class py_page_lease {
   bool closed() const { return hold_ == nullptr; }
 
   nb::object view(std::size_t i) const {
-    check_open("view");
+    hold_ptr const h = hold_;
+    if (!h) { closed_error("PageLease.view"); }
     if (i >= keys_.size()) { throw nb::index_error("PageLease.view: element out of range"); }
     if (r_.status[i] != page_status::hit && r_.status[i] != page_status::fill) {
       throw nb::value_error(("PageLease.view: element " + std::to_string(i) + " holds no page (" +
@@ -247,49 +333,20 @@ class py_page_lease {
     std::byte* p = cache_->pool_data() + std::size_t{r_.pages[i]} * cache_->page_bytes();
     return dlpack_view(p, {cache_->page_bytes()}, nb::dtype<std::uint8_t>(),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(hold_));
+                       hold_owner(h));
   }
 
-  void publish(std::optional<std::vector<std::size_t>> which) {
-    check_open("publish");
-    std::string bad;
-    {
-      gil_released unlocked;
-      std::lock_guard lock(pins_->mu);
-      std::vector<std::size_t> idx;
-      if (which) {
-        for (std::size_t i : *which) {
-          if (i >= keys_.size() || !pins_->unpublished[i]) {
-            bad = "PageLease.publish: element " + std::to_string(i) +
-                  " is not an unpublished fill of this lease";
-            break;
-          }
-          idx.push_back(i);
-        }
-      } else {
-        for (std::size_t i = 0; i < keys_.size(); ++i) {
-          if (pins_->unpublished[i]) { idx.push_back(i); }
-        }
-      }
-      if (bad.empty() && !idx.empty()) {
-        std::vector<key_type> k;
-        for (std::size_t i : idx) { k.push_back(keys_[i]); }
-        cache_->publish(k);
-        for (std::size_t i : idx) { pins_->unpublished[i] = false; }
-      }
-    }
-    if (!bad.empty()) { throw nb::value_error(bad.c_str()); }
+  void publish(std::optional<std::vector<std::int64_t>> const& which) {
+    publish_lease(*cache_, *pins_, which, "PageLease.publish");
   }
 
-  void close() { hold_.reset(); }
+  void close() {
+    if (!hold_) { return; }
+    close_lease(*pins_);
+    hold_.reset();
+  }
 
  private:
-  void check_open(char const* what) const {
-    if (!hold_) {
-      throw nb::value_error((std::string("PageLease.") + what + ": the lease is closed").c_str());
-    }
-  }
-
   std::shared_ptr<page_cache_base> cache_;
   std::vector<key_type> keys_;
   page_batch_result r_;
@@ -570,20 +627,14 @@ class py_object_lease {
                   std::vector<object_lease> leases, bool cuda, int device_id)
       : cache_(std::move(cache)), req_(std::move(req)), leases_(std::move(leases)), cuda_(cuda),
         device_id_(device_id), pins_(std::make_shared<lease_pins>()) {
-    pins_->unpublished.assign(req_.size(), false);
-    std::vector<key_type> keys;
+    std::vector<bool> held(req_.size()), fills(req_.size());
     for (std::size_t i = 0; i < req_.size(); ++i) {
-      keys.push_back(req_[i].key);
+      keys_.push_back(req_[i].key);
       auto const s = leases_[i].status;
-      if (s == object_status::hit || s == object_status::fill) {
-        pins_->held.push_back(i);
-        pins_->unpublished[i] = s == object_status::fill;
-      }
+      held[i] = s == object_status::hit || s == object_status::fill;
+      fills[i] = s == object_status::fill;
     }
-    keys_ = keys;
-    auto c = cache_;
-    auto pins = pins_;
-    hold_ = std::make_shared<hold>([c, pins, keys] { release_lease(*c, *pins, keys); });
+    hold_ = make_hold(cache_, pins_, keys_, std::move(held), std::move(fills));
   }
 
   std::size_t size() const { return req_.size(); }
@@ -601,7 +652,8 @@ class py_object_lease {
   bool closed() const { return hold_ == nullptr; }
 
   nb::object view(std::size_t i) const {
-    if (!hold_) { throw nb::value_error("ObjectLease.view: the lease is closed"); }
+    hold_ptr const h = hold_;
+    if (!h) { closed_error("ObjectLease.view"); }
     if (i >= req_.size()) { throw nb::index_error("ObjectLease.view: element out of range"); }
     auto const& l = leases_[i];
     if (l.status != object_status::hit && l.status != object_status::fill) {
@@ -610,27 +662,16 @@ class py_object_lease {
     }
     return dlpack_view(l.data, {l.bytes}, nb::dtype<std::uint8_t>(),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(hold_));
+                       hold_owner(h));
   }
 
-  void publish() {
-    if (!hold_) { throw nb::value_error("ObjectLease.publish: the lease is closed"); }
-    gil_released unlocked;
-    std::lock_guard lock(pins_->mu);
-    std::vector<key_type> k;
-    std::vector<std::size_t> idx;
-    for (std::size_t i = 0; i < req_.size(); ++i) {
-      if (pins_->unpublished[i]) {
-        k.push_back(req_[i].key);
-        idx.push_back(i);
-      }
-    }
-    if (k.empty()) { return; }
-    cache_->publish(k);
-    for (std::size_t i : idx) { pins_->unpublished[i] = false; }
-  }
+  void publish() { publish_lease(*cache_, *pins_, std::nullopt, "ObjectLease.publish"); }
 
-  void close() { hold_.reset(); }
+  void close() {
+    if (!hold_) { return; }
+    close_lease(*pins_);
+    hold_.reset();
+  }
 
  private:
   std::shared_ptr<weight_cache_base> cache_;
@@ -751,7 +792,10 @@ void bind_page_cache(nb::module_& m) {
            "Element i's page as a DLPack array of page_bytes uint8 (np.from_dlpack / "
            "torch.from_dlpack see the cache's memory). It keeps the lease's pins.")
       .def("publish", &py_page_lease::publish, "which"_a = nb::none(),
-           "Marks the lease's fills (all, or the element indices given) ready for readers.")
+           nb::sig("def publish(self, which: collections.abc.Sequence[int] | None = None) -> None"),
+           "Marks the lease's fills (all, or the element indices given) ready for readers. "
+           "ValueError, with nothing published, when the lease is closed or an index is out of "
+           "range, repeated, or not an unpublished fill.")
       .def("close", &py_page_lease::close,
            "Lets go of the pins (they are given back once no view is alive).")
       .def("release", &py_page_lease::close, "Same as close().")
@@ -833,7 +877,8 @@ void bind_weight_cache(nb::module_& m) {
       .def_prop_ro("closed", &py_object_lease::closed)
       .def("view", &py_object_lease::view, "i"_a,
            "Object i's bytes as a 1-D uint8 DLPack array (the cache's memory).")
-      .def("publish", &py_object_lease::publish, "Marks every fill of the lease ready.")
+      .def("publish", &py_object_lease::publish,
+           "Marks every fill of the lease ready (ValueError when the lease is closed).")
       .def("close", &py_object_lease::close,
            "Lets go of the pins; fills not published are abandoned (once no view is alive).")
       .def("release", &py_object_lease::close, "Same as close().")
