@@ -12,10 +12,58 @@ import numpy as np
 import pytest
 
 import ccht
+from conftest import write_model
 
 U64 = np.uint64
 PAGE = 4096
 S = ccht.PageStatus
+O = ccht.ObjectStatus
+
+
+# ---- case 2: views of published data are read-only ---------------------------------------------
+
+def test_model_views_are_read_only_and_the_next_load_sees_the_file(tmp_path):
+    a = np.arange(1000, dtype=np.float32)
+    path = write_model(tmp_path / "m.safetensors", {"a": a})
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    with wc.load(path) as m:
+        for view in (m["a"], m.raw("a")):
+            with pytest.raises(ValueError, match="read-only"):
+                np.from_dlpack(view)[:] = 0
+            assert memoryview(view).readonly
+    with wc.load(path) as again:
+        assert again.report["warm"]
+        assert np.array_equal(np.from_dlpack(again["a"]), a), "the cached weights are the file's"
+
+
+def test_object_views_are_writable_only_while_an_unpublished_fill():
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    with wc.acquire([(1, PAGE)]) as filler:
+        assert filler.status[0] == O.fill
+        before = np.from_dlpack(filler.view(0))
+        before[:] = 7  # the caller writes its fill through the view
+        filler.publish()
+        with pytest.raises(ValueError, match="read-only"):
+            np.from_dlpack(filler.view(0))[:] = 0  # published: shared with every reader
+        del before
+    with wc.acquire([(1, PAGE)]) as reader:
+        assert reader.status[0] == O.hit
+        hit = np.from_dlpack(reader.view(0))
+        assert not hit.flags.writeable and (hit == 7).all()
+        del hit
+
+
+def test_page_views_are_writable_only_while_an_unpublished_fill():
+    pc = ccht.PageCache(num_pages=8, page_bytes=PAGE)
+    with pc.acquire(np.array([5], dtype=U64)) as filler:
+        np.from_dlpack(filler.view(0))[:] = 3
+        filler.publish()
+        assert not np.from_dlpack(filler.view(0)).flags.writeable
+    with pc.lookup(np.array([5], dtype=U64)) as reader:
+        assert reader.status[0] == S.hit
+        with pytest.raises(ValueError, match="read-only"):
+            np.from_dlpack(reader.view(0))[:] = 0
+    assert np.from_dlpack(pc.pool()).flags.writeable, "the pool is for kernels that write fills"
 
 
 # ---- case 4: a lease's batch calls check everything first --------------------------------------

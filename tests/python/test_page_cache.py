@@ -41,9 +41,8 @@ def test_fill_publish_then_hit_sees_the_bytes():
 
 def test_zero_copy_both_ways():
     pc = ccht.PageCache(num_pages=16, page_bytes=4096)
-    fill(pc, [7], lambda k: 1)
-    with pc.lookup(np.array([7], dtype=U64)) as lease:
-        view = np.from_dlpack(lease.view(0))
+    with pc.acquire(np.array([7], dtype=U64)) as lease:
+        view = np.from_dlpack(lease.view(0))  # a fill: written in place
         pool = np.from_dlpack(pc.pool())
         assert pool.shape == (16, 4096)
         page = int(lease.pages[0])
@@ -51,6 +50,7 @@ def test_zero_copy_both_ways():
         assert (pool[page, :8] == 42).all()
         pool[page, 8:16] = 9  # through the cache's memory: seen by the view
         assert (view[8:16] == 9).all()
+        lease.publish()
         again = np.from_dlpack(lease.view(0))
         assert again.ctypes.data == view.ctypes.data, "a view is the page itself, not a copy"
         del view, again, pool

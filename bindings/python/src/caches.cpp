@@ -186,8 +186,9 @@ nb::dict to_dict(page_cache_stats const& s) {
 /**
  * @brief The pins of one lease, owned by it and shared with its views (through `hold`).
  *
- * Every read and change happens under `mu`, taken without the GIL, so the two cannot deadlock.
- * publish and close serialise on `mu`: once the lease is closed, publish raises and never
+ * Every read and change happens under `mu`, and whoever holds `mu` never waits for the GIL (it
+ * is taken without the GIL, or with it only around plain reads), so the two cannot deadlock.
+ * publish, view and close serialise on `mu`: once the lease is closed, publish raises and never
  * reaches the cache, so a fill that close abandoned is never published by key over the fill of
  * another caller who acquired the key since.
  */
@@ -228,6 +229,14 @@ void close_lease(lease_pins& p) {
   gil_released unlocked;
   std::lock_guard lock(p.mu);
   p.closed = true;
+}
+
+/// Whether a new view of element @p i may be written (an unpublished fill); nullopt when the
+/// lease is closed. Views of published data are read-only: every reader shares those bytes.
+std::optional<bool> view_writable(lease_pins& p, std::size_t i) {
+  std::lock_guard lock(p.mu);  // held briefly, never across a wait for the GIL
+  if (p.closed) { return std::nullopt; }
+  return p.unpublished[i];
 }
 
 /// The elements @p which names (every unpublished fill when none) into @p idx, or why not:
@@ -322,6 +331,7 @@ class py_page_lease {
   }
   bool closed() const { return hold_ == nullptr; }
 
+  /// Element i's page; writable only while it is an unpublished fill of this lease.
   nb::object view(std::size_t i) const {
     hold_ptr const h = hold_;
     if (!h) { closed_error("PageLease.view"); }
@@ -330,10 +340,12 @@ class py_page_lease {
       throw nb::value_error(("PageLease.view: element " + std::to_string(i) + " holds no page (" +
                              to_string(r_.status[i]) + ")").c_str());
     }
+    std::optional<bool> const writable = view_writable(*pins_, i);
+    if (!writable) { closed_error("PageLease.view"); }
     std::byte* p = cache_->pool_data() + std::size_t{r_.pages[i]} * cache_->page_bytes();
     return dlpack_view(p, {cache_->page_bytes()}, nb::dtype<std::uint8_t>(),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(h));
+                       hold_owner(h), *writable);
   }
 
   void publish(std::optional<std::vector<std::int64_t>> const& which) {
@@ -401,11 +413,12 @@ class py_page_cache {
     return to_dict(s);
   }
   /// The whole pool as (num_pages, page_bytes) bytes: what a paged-attention kernel indexes with
-  /// page ids. It keeps the cache alive, not any pin.
+  /// page ids. It keeps the cache alive, not any pin. Writable: kernels write fills through it.
   nb::object pool(nb::handle self) {
     return dlpack_view(c_->pool_data(), {c_->num_pages(), c_->page_bytes()},
                        nb::dtype<std::uint8_t>(),
-                       cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_, self);
+                       cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_, self,
+                       true);
   }
   std::size_t num_pages() const { return c_->num_pages(); }
   std::size_t page_bytes() const { return c_->page_bytes(); }
@@ -596,6 +609,7 @@ class py_model {
     }
     return nullptr;
   }
+  /// A read-only view: a model's tensors are published, shared by every load of the file.
   nb::object view_of(std::string const& name, bool raw) const {
     if (!hold_) {
       throw nb::value_error(("Model '" + path_ + "': closed; load it again").c_str());
@@ -610,7 +624,7 @@ class py_model {
     }
     return dlpack_view(t->data, shape, raw ? nb::dtype<std::uint8_t>() : dl_dtype(t->dtype),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(hold_));
+                       hold_owner(hold_), false);
   }
 
   std::shared_ptr<weight_cache_base> cache_;
@@ -651,6 +665,7 @@ class py_object_lease {
   }
   bool closed() const { return hold_ == nullptr; }
 
+  /// Object i's bytes; writable only while it is an unpublished fill of this lease.
   nb::object view(std::size_t i) const {
     hold_ptr const h = hold_;
     if (!h) { closed_error("ObjectLease.view"); }
@@ -660,9 +675,11 @@ class py_object_lease {
       throw nb::value_error(("ObjectLease.view: element " + std::to_string(i) +
                              " holds no object (" + to_string(l.status) + ")").c_str());
     }
+    std::optional<bool> const writable = view_writable(*pins_, i);
+    if (!writable) { closed_error("ObjectLease.view"); }
     return dlpack_view(l.data, {l.bytes}, nb::dtype<std::uint8_t>(),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(h));
+                       hold_owner(h), *writable);
   }
 
   void publish() { publish_lease(*cache_, *pins_, std::nullopt, "ObjectLease.publish"); }
@@ -790,7 +807,9 @@ void bind_page_cache(nb::module_& m) {
       .def_prop_ro("closed", &py_page_lease::closed)
       .def("view", &py_page_lease::view, "i"_a,
            "Element i's page as a DLPack array of page_bytes uint8 (np.from_dlpack / "
-           "torch.from_dlpack see the cache's memory). It keeps the lease's pins.")
+           "torch.from_dlpack see the cache's memory). It keeps the lease's pins. Writable only "
+           "while the element is an unpublished fill of this lease; a hit's or a published "
+           "page's view is read-only (every reader shares it).")
       .def("publish", &py_page_lease::publish, "which"_a = nb::none(),
            nb::sig("def publish(self, which: collections.abc.Sequence[int] | None = None) -> None"),
            "Marks the lease's fills (all, or the element indices given) ready for readers. "
@@ -824,7 +843,7 @@ void bind_page_cache(nb::module_& m) {
       .def("pool", [](nb::handle self) { return nb::cast<py_page_cache&>(self).pool(self); },
            "The whole pool as a (num_pages, page_bytes) uint8 DLPack array, for kernels that "
            "take page ids. It keeps the cache alive but pins nothing: a page's bytes are stable "
-           "only while a lease holds it.")
+           "only while a lease holds it. Writable (kernels write fills through it).")
       .def_prop_ro("num_pages", &py_page_cache::num_pages)
       .def_prop_ro("page_bytes", &py_page_cache::page_bytes)
       .def_prop_ro("backend", &py_page_cache::backend);
@@ -844,9 +863,10 @@ void bind_weight_cache(nb::module_& m) {
       "model[name] is a DLPack array of the tensor in the cache's memory (zero copy). The pins "
       "are kept until the model is closed (the end of its `with` block) and its last view is gone.")
       .def("__getitem__", &py_model::get, "name"_a,
-           "The tensor as a DLPack array of its dtype and shape (F8 as DLPack float8; "
-           "see raw()).")
-      .def("raw", &py_model::raw, "name"_a, "The tensor's bytes as a 1-D uint8 DLPack array.")
+           "The tensor as a read-only DLPack array of its dtype and shape (F8 as DLPack float8; "
+           "see raw()). Read-only: every load of the file shares these bytes.")
+      .def("raw", &py_model::raw, "name"_a,
+           "The tensor's bytes as a read-only 1-D uint8 DLPack array.")
       .def("__contains__", &py_model::contains, "name"_a)
       .def("__len__", &py_model::size)
       .def("names", &py_model::names, "Tensor names in file order.")
@@ -876,7 +896,8 @@ void bind_weight_cache(nb::module_& m) {
                    "[i * page_bytes, min((i + 1) * page_bytes, size)).")
       .def_prop_ro("closed", &py_object_lease::closed)
       .def("view", &py_object_lease::view, "i"_a,
-           "Object i's bytes as a 1-D uint8 DLPack array (the cache's memory).")
+           "Object i's bytes as a 1-D uint8 DLPack array (the cache's memory). Writable only while "
+           "the object is an unpublished fill of this lease; otherwise read-only.")
       .def("publish", &py_object_lease::publish,
            "Marks every fill of the lease ready (ValueError when the lease is closed).")
       .def("close", &py_object_lease::close,

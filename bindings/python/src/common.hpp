@@ -146,9 +146,10 @@ using hold_ptr = std::shared_ptr<hold>;
 nb::capsule hold_owner(hold_ptr h);
 
 /// A DLPack-exportable array (nanobind's array-API object: __dlpack__, __dlpack_device__) over
-/// @p data, kept valid by @p owner.
+/// @p data, kept valid by @p owner. Unless @p writable, it carries DLPack's read-only flag
+/// (NumPy makes it a non-writeable array; the buffer protocol refuses writable buffers).
 nb::object dlpack_view(void* data, std::vector<std::size_t> const& shape, nb::dlpack::dtype dtype,
-                       int device_type, int device_id, nb::handle owner);
+                       int device_type, int device_id, nb::handle owner, bool writable);
 
 /// Raises the Python exception for @p e (used inside destructors, as a warning).
 void warn(char const* what);

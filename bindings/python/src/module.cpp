@@ -74,9 +74,14 @@ nb::capsule hold_owner(hold_ptr h) {
 }
 
 nb::object dlpack_view(void* data, std::vector<std::size_t> const& shape, nb::dlpack::dtype dtype,
-                       int device_type, int device_id, nb::handle owner) {
-  return nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner, nullptr, dtype,
-                                    device_type, device_id)
+                       int device_type, int device_id, nb::handle owner, bool writable) {
+  if (writable) {
+    return nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner, nullptr, dtype,
+                                      device_type, device_id)
+        .cast();
+  }
+  return nb::ndarray<nb::array_api, nb::ro>(data, shape.size(), shape.data(), owner, nullptr,
+                                            dtype, device_type, device_id)
       .cast();
 }
 
