@@ -66,6 +66,35 @@ def test_page_views_are_writable_only_while_an_unpublished_fill():
     assert np.from_dlpack(pc.pool()).flags.writeable, "the pool is for kernels that write fills"
 
 
+# ---- case 3: find_into never converts its outputs ----------------------------------------------
+
+@pytest.mark.parametrize("values, found", [
+    (np.zeros(3, np.int64), np.zeros(3, bool)),
+    (np.zeros(3, np.float64), np.zeros(3, bool)),
+    (np.zeros(6, U64)[::2], np.zeros(3, bool)),
+    (np.zeros(3, U64), np.zeros(3, np.uint8)),
+    (np.zeros(3, U64), np.zeros(3, np.int32)),
+], ids=["int64", "float64", "strided", "found-uint8", "found-int32"])
+def test_find_into_rejects_outputs_it_would_convert(values, found):
+    t = ccht.Table(slots=1024)
+    keys = np.array([1, 2, 3], dtype=U64)
+    t.insert(keys, keys * U64(10))
+    with pytest.raises(TypeError, match=r"values: numpy.typing.NDArray\[numpy.uint64\]"):
+        t.find_into(keys, values, found)
+    assert not values.any() and not found.any(), "nothing written anywhere"
+    out_v, out_f = np.zeros(3, U64), np.zeros(3, bool)
+    t.find_into(keys, out_v, out_f)
+    assert out_f.all() and (out_v == keys * U64(10)).all()
+
+
+def test_find_into_rejects_a_read_only_output():
+    t = ccht.Table(slots=1024)
+    values = np.zeros(2, U64)
+    values.flags.writeable = False
+    with pytest.raises(TypeError):
+        t.find_into(np.array([1, 2], dtype=U64), values, np.zeros(2, bool))
+
+
 # ---- case 4: a lease's batch calls check everything first --------------------------------------
 
 @pytest.mark.parametrize("which, message", [

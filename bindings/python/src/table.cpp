@@ -20,6 +20,10 @@ namespace {
 
 using namespace nb::literals;
 
+/// A 1-D host array written in place: its dtype and layout must be exactly these (noconvert).
+template <class T>
+using out_array = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
 /// The operations of a table of any policy, on backend pointers (sizes checked by ccht::table).
 struct table_base {
   virtual ~table_base() = default;
@@ -186,10 +190,10 @@ class py_table {
     return find_on<cpu_backend>(keys);
   }
 
-  /// find() into the caller's host arrays (no allocation): the fast path of a serving loop.
-  void find_into(in_array<key_type> keys, nb::ndarray<value_type, nb::ndim<1>, nb::c_contig,
-                                                      nb::device::cpu> values,
-                 nb::ndarray<bool, nb::ndim<1>, nb::c_contig, nb::device::cpu> found) {
+  /// find() into the caller's host arrays (no allocation): the fast path of a serving loop. The
+  /// outputs are bound with noconvert(): a converted output would be a temporary, and the
+  /// caller's array would silently stay as it was.
+  void find_into(in_array<key_type> keys, out_array<value_type> values, out_array<bool> found) {
     if (cuda_) { throw nb::value_error("find_into: host arrays with a cpu table only"); }
     if (keys.device_type() != nb::device::cpu::value) {
       throw nb::value_error("find_into: keys must be a host array");
@@ -373,8 +377,14 @@ void bind_table(nb::module_& m) {
                    "tuple[numpy.typing.NDArray[numpy.uint64], numpy.typing.NDArray[numpy.bool_]]"),
            "Looks every key up (a hit promotes it); returns (values, found). values[i] is "
            "meaningful where found[i].")
-      .def("find_into", &py_table::find_into, "keys"_a, "values"_a, "found"_a,
-           "find() into preallocated host arrays (cpu tables): no allocation per call.")
+      .def("find_into", &py_table::find_into, "keys"_a, "values"_a.noconvert(),
+           "found"_a.noconvert(),
+           nb::sig("def find_into(self, keys: numpy.typing.ArrayLike, "
+                   "values: numpy.typing.NDArray[numpy.uint64], "
+                   "found: numpy.typing.NDArray[numpy.bool_]) -> None"),
+           "find() into preallocated host arrays (cpu tables): no allocation per call. `values` "
+           "must be a writable C-contiguous uint64 array and `found` a bool one, each as long as "
+           "`keys` (anything else is a TypeError: an output is never converted).")
       .def("contains", &py_table::contains, "keys"_a,
            nb::sig("def contains(self, keys: numpy.typing.ArrayLike) -> numpy.typing.NDArray[numpy.bool_]"),
            "Whether each key is present, without promoting it.")
