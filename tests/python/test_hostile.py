@@ -260,3 +260,60 @@ def test_a_daemon_thread_in_a_bulk_call_does_not_abort_the_exit(tmp_path, call):
         _, err = p.communicate(timeout=120)
         assert "terminate called" not in err and "Fatal Python error" not in err, err[-2000:]
         assert p.returncode == 0, (p.returncode, err[-2000:])
+
+
+# ---- case 13: keys and tokens are never converted with a loss ----------------------------------
+
+def key_calls():
+    t = ccht.Table(slots=1024)
+    pc = ccht.PageCache(num_pages=8, page_bytes=PAGE)
+    wc = ccht.WeightCache(budget_bytes=8 * PAGE, page_bytes=PAGE)
+    return {
+        "Table.insert": lambda k: t.insert(k, np.arange(1, 3, dtype=U64)),
+        "Table.find": t.find,
+        "Table.contains": t.contains,
+        "Table.erase": t.erase,
+        "Table.find_into": lambda k: t.find_into(k, np.zeros(2, U64), np.zeros(2, bool)),
+        "PageCache.acquire": pc.acquire,
+        "PageCache.lookup": pc.lookup,
+        "PageCache.erase": pc.erase,
+        "WeightCache.erase": wc.erase,
+        "WeightCache.wait_ready": lambda k: wc.wait_ready(k, 0),
+    }, (t, pc, wc)
+
+
+@pytest.mark.parametrize("name", list(key_calls()[0]))
+def test_keys_are_never_converted_with_a_loss(name):
+    calls, (t, pc, wc) = key_calls()
+    call = calls[name]
+    for keys in (np.array([1.5, 1.7]), np.array([1.0, 2.0], dtype=np.float32), [1.5, 2],
+                 np.array([True, False])):
+        with pytest.raises(TypeError, match=name + ": keys: expected"):
+            call(keys)
+    for keys in (np.array([-1, 2]), [1, -2], [2**64, 1]):
+        with pytest.raises(ValueError, match=name + ": keys: element . .*out of range"):
+            call(keys)
+    assert len(t) == 0 and pc.stats()["pages_resident"] == 0 and wc.stats()["objects"] == 0
+    call(np.array([1, 2], dtype=np.int64))  # in range: taken as they are
+    call([1, 2])
+
+
+def test_integer_keys_in_range_mean_the_same_keys():
+    t = ccht.Table(slots=1024)
+    t.insert(np.array([1, 2], dtype=np.int32), [10, 2**64 - 3])
+    values, found = t.find(np.array([2, 1, 3], dtype=np.int16))
+    assert found.tolist() == [True, True, False] and values[:2].tolist() == [2**64 - 3, 10]
+    values, found = t.find(np.array([9, 1, 9, 2], dtype=U64)[1::2])  # strided: copied, not cut
+    assert found.all() and values.tolist() == [10, 2**64 - 3]
+
+
+def test_chain_keys_rejects_tokens_out_of_uint32_range():
+    with pytest.raises(ValueError, match=r"chain_keys: tokens: element 1 .*out of range"):
+        ccht.chain_keys(np.array([1, 2 + 2**32]), 1)
+    with pytest.raises(ValueError, match="chain_keys: tokens: element 0"):
+        ccht.chain_keys(np.array([-1, 2]), 1)
+    with pytest.raises(TypeError, match="chain_keys: tokens: expected"):
+        ccht.chain_keys(np.array([1.0, 2.0]), 1)
+    same = ccht.chain_keys(np.array([1, 2], dtype=np.uint32), 1)
+    assert (ccht.chain_keys([1, 2], 1) == same).all()
+    assert (ccht.chain_keys(np.array([1, 2], dtype=np.int64), 1) == same).all()

@@ -24,13 +24,6 @@ namespace {
 
 using namespace nb::literals;
 
-std::vector<key_type> host_keys(in_array<key_type> const& a, char const* what) {
-  if (a.device_type() != nb::device::cpu::value) {
-    throw nb::value_error((std::string(what) + ": keys must be a host (NumPy) array").c_str());
-  }
-  return {a.data(), a.data() + a.shape(0)};
-}
-
 // ---- page cache -------------------------------------------------------------------------------
 
 /// What an acquire, lookup or match_prefix returned, on the host.
@@ -390,17 +383,17 @@ class py_page_cache {
     c_ = std::make_shared<page_cache_impl<cpu_backend>>(num_pages, page_bytes, o);
   }
 
-  py_page_lease acquire(in_array<key_type> keys) {
-    return leased(keys, "PageCache.acquire", &page_cache_base::acquire);
+  py_page_lease acquire(nb::handle keys) {
+    return leased(keys, "PageCache.acquire: keys", &page_cache_base::acquire);
   }
-  py_page_lease lookup(in_array<key_type> keys) {
-    return leased(keys, "PageCache.lookup", &page_cache_base::lookup);
+  py_page_lease lookup(nb::handle keys) {
+    return leased(keys, "PageCache.lookup: keys", &page_cache_base::lookup);
   }
-  py_page_lease match_prefix(in_array<key_type> keys) {
-    return leased(keys, "PageCache.match_prefix", &page_cache_base::match_prefix);
+  py_page_lease match_prefix(nb::handle keys) {
+    return leased(keys, "PageCache.match_prefix: keys", &page_cache_base::match_prefix);
   }
-  std::size_t erase(in_array<key_type> keys) {
-    auto k = host_keys(keys, "PageCache.erase");
+  std::size_t erase(nb::handle keys) {
+    auto k = host_keys(keys, "PageCache.erase: keys");
     gil_released unlocked;
     return c_->erase(k).first;
   }
@@ -426,7 +419,7 @@ class py_page_cache {
 
  private:
   /// One pinning batch call (acquire, lookup, match_prefix) without the GIL, as a lease.
-  py_page_lease leased(in_array<key_type> const& keys, char const* what,
+  py_page_lease leased(nb::handle keys, char const* what,
                        page_batch_result (page_cache_base::*call)(std::vector<key_type> const&)) {
     auto k = host_keys(keys, what);
     page_batch_result r;
@@ -758,14 +751,16 @@ class py_weight_cache {
     }
     return py_object_lease(c_, std::move(req), std::move(leases), cuda_, device_id_);
   }
-  std::size_t erase(std::vector<key_type> const& keys) {
+  std::size_t erase(nb::handle keys) {
+    auto const k = host_keys(keys, "WeightCache.erase: keys");
     gil_released unlocked;
-    return c_->erase(keys);
+    return c_->erase(k);
   }
-  bool wait_ready(std::vector<key_type> const& keys, double timeout_s) {
+  bool wait_ready(nb::handle keys, double timeout_s) {
+    auto const k = host_keys(keys, "WeightCache.wait_ready: keys");
     if (!(timeout_s >= 0)) { throw nb::value_error("wait_ready: timeout must be >= 0 seconds"); }
     gil_released unlocked;
-    return c_->wait_ready(keys, std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
+    return c_->wait_ready(k, std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
   }
   nb::dict stats() const { return to_dict(c_->stats()); }
   std::size_t page_bytes() const { return c_->page_bytes(); }
@@ -830,14 +825,18 @@ void bind_page_cache(nb::module_& m) {
            "num_pages"_a, "page_bytes"_a, "backend"_a = "cpu", "table_ratio"_a = 0.9,
            "seed"_a = default_seed, "cpu_threads"_a = 0)
       .def("acquire", &py_page_cache::acquire, "keys"_a,
+           nb::sig("def acquire(self, keys: numpy.typing.ArrayLike) -> PageLease"),
            "Per key: hit (pinned), fill (pinned; write it, then lease.publish()), pending or "
            "no_space. Returns a PageLease.")
       .def("lookup", &py_page_cache::lookup, "keys"_a,
+           nb::sig("def lookup(self, keys: numpy.typing.ArrayLike) -> PageLease"),
            "Per key: hit (pinned), pending or miss; never inserts. Returns a PageLease.")
       .def("match_prefix", &py_page_cache::match_prefix, "keys"_a,
+           nb::sig("def match_prefix(self, keys: numpy.typing.ArrayLike) -> PageLease"),
            "Pins the longest leading run of published keys (see chain_keys). Returns a PageLease "
            "of the run.")
       .def("erase", &py_page_cache::erase, "keys"_a,
+           nb::sig("def erase(self, keys: numpy.typing.ArrayLike) -> int"),
            "Erases unpinned keys; pinned ones are refused. Returns how many were erased.")
       .def("stats", &py_page_cache::stats, "Counters and gauges.")
       .def("pool", [](nb::handle self) { return nb::cast<py_page_cache&>(self).pool(self); },
@@ -922,8 +921,11 @@ void bind_weight_cache(nb::module_& m) {
       .def("acquire", &py_weight_cache::acquire, "requests"_a,
            "Acquires objects given as (key, bytes) pairs; returns an ObjectLease.")
       .def("erase", &py_weight_cache::erase, "keys"_a,
+           nb::sig("def erase(self, keys: numpy.typing.ArrayLike) -> int"),
            "Erases unpinned objects; returns how many were erased.")
       .def("wait_ready", &py_weight_cache::wait_ready, "keys"_a, "timeout"_a = 60.0,
+           nb::sig("def wait_ready(self, keys: numpy.typing.ArrayLike, timeout: float = 60.0) "
+                   "-> bool"),
            "Waits until none of the keys is being filled; False on timeout (seconds).")
       .def("stats", &py_weight_cache::stats, "Counters and gauges.")
       .def_prop_ro("page_bytes", &py_weight_cache::page_bytes)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ccht/backend.hpp>
+#include <ccht/core/types.hpp>
 #include <ccht/error.hpp>
 
 #include <nanobind/nanobind.h>
@@ -23,6 +24,19 @@ namespace nb = nanobind;
 /// 1-D C-contiguous input of any device (checked against the backend by the caller).
 template <class T>
 using in_array = nb::ndarray<T const, nb::ndim<1>, nb::c_contig>;
+
+/**
+ * @brief Unsigned integers (keys, values, tokens) from a Python argument, never converted with a
+ *        loss: a 1-D C-contiguous T array (NumPy or any DLPack producer, any device) is used in
+ *        place; a host array of another integer dtype or layout, or a sequence of Python ints, is
+ *        copied if every element fits T (ValueError naming the first that does not); floats,
+ *        bools, other shapes and anything else are a TypeError. @p what names the argument.
+ */
+template <class T>
+in_array<T> uint_array(nb::handle h, char const* what);
+
+/// uint_array<key_type>() copied to the host; ValueError for a device array.
+std::vector<key_type> host_keys(nb::handle h, char const* what);
 
 /// PyEval_RestoreThread(), except that a thread CPython ends instead (a daemon thread at
 /// interpreter shutdown) sleeps for good rather than unwinding: see gil_released.

@@ -96,8 +96,9 @@ namespace {
 namespace nb = nanobind;
 using namespace nb::literals;
 
-nb::object chain_keys_py(ccht::py::in_array<ccht::token_type> tokens, std::size_t page_tokens,
-                         ccht::key_type parent) {
+nb::object chain_keys_py(nb::handle tokens_arg, std::size_t page_tokens, ccht::key_type parent) {
+  // Tokens out of uint32 range are refused, not wrapped: the hash is fixed (vLLM-style keys).
+  auto const tokens = ccht::py::uint_array<ccht::token_type>(tokens_arg, "chain_keys: tokens");
   if (tokens.device_type() != nb::device::cpu::value) {
     throw nb::value_error("chain_keys: tokens must be a host array");
   }
@@ -140,7 +141,8 @@ NB_MODULE(_ccht, m) {
   m.def("chain_keys", &chain_keys_py, "tokens"_a, "page_tokens"_a, "parent"_a = ccht::chain_root,
         nb::sig("def chain_keys(tokens: numpy.typing.ArrayLike, page_tokens: int, parent: int = chain_root) "
                 "-> numpy.typing.NDArray[numpy.uint64]"),
-        "The keys of the full pages of a token sequence (uint32), chained from `parent`: page i's "
+        "The keys of the full pages of a token sequence (uint32 tokens; other integers in uint32 "
+        "range are accepted, anything else raises), chained from `parent`: page i's "
         "key depends on every token up to the end of page i (ccht::chain_keys).");
   m.def("parse_bytes", [](std::string const& text, std::string const& flag) {
     return ccht::sim::parse_bytes(text, flag.c_str());

@@ -176,14 +176,17 @@ class py_table {
     t_ = make_table<cpu_backend>(policy, slots, o);
   }
 
-  std::tuple<nb::object, nb::object> insert(in_array<key_type> keys, in_array<value_type> values) {
+  std::tuple<nb::object, nb::object> insert(nb::handle keys_arg, nb::handle values_arg) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table.insert: keys");
+    auto const values = uint_array<value_type>(values_arg, "Table.insert: values");
 #if CCHT_WITH_CUDA
     if (cuda_) { return insert_on<cuda_backend>(keys, values); }
 #endif
     return insert_on<cpu_backend>(keys, values);
   }
 
-  std::tuple<nb::object, nb::object> find(in_array<key_type> keys) {
+  std::tuple<nb::object, nb::object> find(nb::handle keys_arg) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table.find: keys");
 #if CCHT_WITH_CUDA
     if (cuda_) { return find_on<cuda_backend>(keys); }
 #endif
@@ -193,7 +196,8 @@ class py_table {
   /// find() into the caller's host arrays (no allocation): the fast path of a serving loop. The
   /// outputs are bound with noconvert(): a converted output would be a temporary, and the
   /// caller's array would silently stay as it was.
-  void find_into(in_array<key_type> keys, out_array<value_type> values, out_array<bool> found) {
+  void find_into(nb::handle keys_arg, out_array<value_type> values, out_array<bool> found) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table.find_into: keys");
     if (cuda_) { throw nb::value_error("find_into: host arrays with a cpu table only"); }
     if (keys.device_type() != nb::device::cpu::value) {
       throw nb::value_error("find_into: keys must be a host array");
@@ -203,14 +207,16 @@ class py_table {
              found.shape(0));
   }
 
-  nb::object contains(in_array<key_type> keys) {
+  nb::object contains(nb::handle keys_arg) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table.contains: keys");
 #if CCHT_WITH_CUDA
     if (cuda_) { return contains_on<cuda_backend>(keys); }
 #endif
     return contains_on<cpu_backend>(keys);
   }
 
-  std::size_t erase(in_array<key_type> keys) {
+  std::size_t erase(nb::handle keys_arg) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table.erase: keys");
 #if CCHT_WITH_CUDA
     if (cuda_) { return erase_on<cuda_backend>(keys); }
 #endif
@@ -251,7 +257,8 @@ class py_table {
 
   /// Seconds of each of @p reps C++ find() calls on @p keys into buffers allocated once: the
   /// reference the Python call is measured against (bench/python/bench_find.py).
-  std::vector<double> time_find(in_array<key_type> keys, int reps) {
+  std::vector<double> time_find(nb::handle keys_arg, int reps) {
+    auto const keys = uint_array<key_type>(keys_arg, "Table._time_find: keys");
     if (cuda_ || keys.device_type() != nb::device::cpu::value) {
       throw nb::value_error("_time_find: cpu tables and host keys only");
     }
@@ -353,7 +360,9 @@ void bind_table(nb::module_& m) {
                        "The CCHT index: a bucketized cuckoo hash table of uint64 keys and values "
                        "whose per-bucket policy replaces kick-out (ccht::table). Bulk calls take "
                        "1-D uint64 arrays (NumPy or any DLPack producer; CUDA arrays for a cuda "
-                       "table) and release the GIL.")
+                       "table) and release the GIL. Keys and values are never converted with "
+                       "a loss: other integer arrays and lists of ints are taken when every "
+                       "element is in [0, 2**64), floats are a TypeError.")
       .def(nb::init<std::size_t, std::string const&, std::size_t, std::string const&,
                     std::uint64_t, std::uint32_t, std::string const&, int, bool, std::uint32_t,
                     bool>(),
@@ -403,6 +412,7 @@ void bind_table(nb::module_& m) {
            "Buckets and bytes touched by bulk calls (count_accesses=True).")
       .def("reset_access_stats", &py_table::reset_access_stats, "Zeroes the access counters.")
       .def("_time_find", &py_table::time_find, "keys"_a, "reps"_a,
+           nb::sig("def _time_find(self, keys: numpy.typing.ArrayLike, reps: int) -> list[float]"),
            "Benchmark helper: seconds of each C++ find() of `keys` (outputs allocated once).");
 }
 
