@@ -2,6 +2,7 @@
 the argument and changes nothing, shared memory cannot be written by a reader, a lease's pins
 are its own, and no call crashes the interpreter (not even at exit)."""
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -219,6 +220,28 @@ def test_threads_racing_publish_and_close_leave_no_pin():
     assert s["pages_pinned"] == 0 and s["pages_filling"] == 0
 
 
+# ---- case 6: object sizes ----------------------------------------------------------------------
+
+def test_object_sizes_out_of_range():
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    with pytest.raises((ccht.Error, ValueError)) as e:
+        wc.acquire([(7, 2**64 - 1)])
+    if isinstance(e.value, ccht.Error):
+        assert e.value.code == "invalid_size"
+    assert "7" in str(e.value) and "budget" in str(e.value)
+    for size in (-1, 2**64):
+        with pytest.raises(ValueError, match=r"requests\[0\]: bytes .* is out of range"):
+            wc.acquire([(7, size)])
+    with pytest.raises(ValueError, match=r"requests\[1\]: key .* is out of range"):
+        wc.acquire([(7, PAGE), (-7, PAGE)])
+    with pytest.raises(TypeError, match="bytes"):
+        wc.acquire([(7, 4096.0)])
+    with pytest.raises(TypeError, match="pair"):
+        wc.acquire([(7, PAGE, 1)])
+    s = wc.stats()
+    assert s["objects"] == 0 and s["objects_pinned"] == 0, "nothing acquired"
+
+
 # ---- case 7: bulk calls in daemon threads at interpreter exit -----------------------------------
 
 DAEMON = textwrap.dedent("""
@@ -260,6 +283,30 @@ def test_a_daemon_thread_in_a_bulk_call_does_not_abort_the_exit(tmp_path, call):
         _, err = p.communicate(timeout=120)
         assert "terminate called" not in err and "Fatal Python error" not in err, err[-2000:]
         assert p.returncode == 0, (p.returncode, err[-2000:])
+
+
+# ---- case 12: wait_ready timeouts --------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e16])
+def test_wait_ready_without_a_limit_waits_for_the_publish(timeout):
+    wc = ccht.WeightCache(budget_bytes=8 * PAGE, page_bytes=PAGE)
+    lease = wc.acquire([(3, PAGE)])
+    assert lease.status[0] == O.fill
+    publish = threading.Timer(0.2, lease.publish)
+    publish.start()
+    try:
+        assert wc.wait_ready([3], timeout), "returned before the fill was published"
+        assert wc.stats()["objects_filling"] == 0
+    finally:
+        publish.join()
+        lease.close()
+
+
+@pytest.mark.parametrize("timeout", [-1.0, math.nan, -math.inf])
+def test_wait_ready_rejects_a_negative_or_nan_timeout(timeout):
+    wc = ccht.WeightCache(budget_bytes=8 * PAGE, page_bytes=PAGE)
+    with pytest.raises(ValueError, match="wait_ready: timeout"):
+        wc.wait_ready([3], timeout)
 
 
 # ---- case 13: keys and tokens are never converted with a loss ----------------------------------

@@ -1,7 +1,8 @@
 // Arguments from Python, checked before anything reaches the cache (issue 31): keys and tokens
-// never converted with a loss.
+// never converted with a loss, sizes and timeouts rejected with an error that names them.
 #include "common.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -160,6 +161,20 @@ std::vector<key_type> host_keys(nb::handle h, char const* what) {
     throw nb::value_error((std::string(what) + ": must be a host (NumPy) array").c_str());
   }
   return {a.data(), a.data() + a.shape(0)};
+}
+
+std::uint64_t uint_arg(nb::handle h, char const* what, char const* name) {
+  return py_uint(h, std::numeric_limits<std::uint64_t>::max(), what, name,
+                 "an integer in [0, 2**64)");
+}
+
+std::optional<std::chrono::milliseconds> timeout_arg(double seconds, char const* what) {
+  if (std::isnan(seconds) || seconds < 0) {
+    throw nb::value_error((std::string(what) + ": timeout must be a number of seconds >= 0 "
+                           "(inf: no limit), got " + std::to_string(seconds)).c_str());
+  }
+  if (seconds >= max_wait_seconds) { return std::nullopt; }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
 }
 
 }  // namespace ccht::py

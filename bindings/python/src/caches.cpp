@@ -13,6 +13,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <mutex>
@@ -696,6 +697,36 @@ class py_object_lease {
 
 class py_weight_cache {
  public:
+  /// (key, bytes) pairs, checked: each a pair of integers in [0, 2**64), and no object larger
+  /// than the budget (checked here too, so no page count can overflow in the cache).
+  std::vector<object_request> requests_arg(nb::handle requests) const {
+    char const* what = "WeightCache.acquire: requests";
+    if (!PySequence_Check(requests.ptr()) || PyUnicode_Check(requests.ptr())) {
+      throw nb::type_error((std::string(what) + ": expected a sequence of (key, bytes) pairs, "
+                            "got " + nb::type_name(requests.type()).c_str()).c_str());
+    }
+    std::vector<object_request> req;
+    nb::sequence seq = nb::borrow<nb::sequence>(requests);
+    for (std::size_t i = 0, n = nb::len(seq); i < n; ++i) {
+      nb::object item = seq[i];
+      std::string const at = std::string(what) + "[" + std::to_string(i) + "]";
+      if (!PySequence_Check(item.ptr()) || PyUnicode_Check(item.ptr()) || nb::len(item) != 2) {
+        throw nb::type_error((at + ": expected a (key, bytes) pair, got " +
+                              nb::repr(item).c_str()).c_str());
+      }
+      object_request const q{uint_arg(item[0], at.c_str(), "key"),
+                             uint_arg(item[1], at.c_str(), "bytes")};
+      if (q.bytes > c_->budget_bytes()) {
+        throw error(error_code::invalid_size,
+                    "WeightCache.acquire: object " + std::to_string(q.key) + " of " +
+                        std::to_string(q.bytes) + " bytes needs more pages than the budget " +
+                        "holds (" + std::to_string(c_->budget_bytes()) + " bytes)");
+      }
+      req.push_back(q);
+    }
+    return req;
+  }
+
   py_weight_cache(std::size_t budget_bytes, std::size_t page_bytes, std::string const& backend,
                   std::string const& huge, int io_threads, double table_ratio, int cpu_threads,
                   std::uint64_t seed)
@@ -741,9 +772,8 @@ class py_weight_cache {
     return py_model(c_, std::move(m), path, cuda_, device_id_);
   }
 
-  py_object_lease acquire(std::vector<std::pair<key_type, std::size_t>> const& requests) {
-    std::vector<object_request> req;
-    for (auto const& [k, b] : requests) { req.push_back({k, b}); }
+  py_object_lease acquire(nb::handle requests) {
+    std::vector<object_request> req = requests_arg(requests);
     std::vector<object_lease> leases(req.size());
     {
       gil_released unlocked;
@@ -756,11 +786,21 @@ class py_weight_cache {
     gil_released unlocked;
     return c_->erase(k);
   }
+  /// Waits in steps of a day at most: a longer std::chrono timeout would overflow the clock.
   bool wait_ready(nb::handle keys, double timeout_s) {
     auto const k = host_keys(keys, "WeightCache.wait_ready: keys");
-    if (!(timeout_s >= 0)) { throw nb::value_error("wait_ready: timeout must be >= 0 seconds"); }
+    std::optional<std::chrono::milliseconds> left =
+        timeout_arg(timeout_s, "WeightCache.wait_ready");
+    constexpr std::chrono::milliseconds step = std::chrono::hours(24);
     gil_released unlocked;
-    return c_->wait_ready(k, std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
+    while (true) {
+      auto const now = left ? std::min(*left, step) : step;
+      if (c_->wait_ready(k, now)) { return true; }
+      if (left) {
+        *left -= now;
+        if (left->count() <= 0) { return false; }
+      }
+    }
   }
   nb::dict stats() const { return to_dict(c_->stats()); }
   std::size_t page_bytes() const { return c_->page_bytes(); }
@@ -919,6 +959,8 @@ void bind_weight_cache(nb::module_& m) {
            "Loads a safetensors file: every tensor pinned and contiguous (a Model). Threads "
            "loading the same file at once read it once.")
       .def("acquire", &py_weight_cache::acquire, "requests"_a,
+           nb::sig("def acquire(self, requests: collections.abc.Sequence[tuple[int, int]]) "
+                   "-> ObjectLease"),
            "Acquires objects given as (key, bytes) pairs; returns an ObjectLease.")
       .def("erase", &py_weight_cache::erase, "keys"_a,
            nb::sig("def erase(self, keys: numpy.typing.ArrayLike) -> int"),
@@ -926,7 +968,8 @@ void bind_weight_cache(nb::module_& m) {
       .def("wait_ready", &py_weight_cache::wait_ready, "keys"_a, "timeout"_a = 60.0,
            nb::sig("def wait_ready(self, keys: numpy.typing.ArrayLike, timeout: float = 60.0) "
                    "-> bool"),
-           "Waits until none of the keys is being filled; False on timeout (seconds).")
+           "Waits until none of the keys is being filled; False on timeout (seconds; inf or "
+           "above 1e9: no limit; negative or NaN: ValueError).")
       .def("stats", &py_weight_cache::stats, "Counters and gauges.")
       .def_prop_ro("page_bytes", &py_weight_cache::page_bytes)
       .def_prop_ro("budget_bytes", &py_weight_cache::budget_bytes)

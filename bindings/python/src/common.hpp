@@ -9,10 +9,12 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +39,17 @@ in_array<T> uint_array(nb::handle h, char const* what);
 
 /// uint_array<key_type>() copied to the host; ValueError for a device array.
 std::vector<key_type> host_keys(nb::handle h, char const* what);
+
+/// One Python int in [0, 2**64): ValueError out of range, TypeError for a non-integer. The
+/// errors name it "<what>: <name>".
+std::uint64_t uint_arg(nb::handle h, char const* what, char const* name);
+
+/// Timeouts of at least this many seconds (about 32 years) wait without a limit.
+inline constexpr double max_wait_seconds = 1e9;
+
+/// A timeout in seconds as milliseconds; nullopt for no limit (inf, or >= max_wait_seconds).
+/// ValueError for a negative or NaN timeout.
+std::optional<std::chrono::milliseconds> timeout_arg(double seconds, char const* what);
 
 /// PyEval_RestoreThread(), except that a thread CPython ends instead (a daemon thread at
 /// interpreter shutdown) sleeps for good rather than unwinding: see gil_released.
