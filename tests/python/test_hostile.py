@@ -3,6 +3,7 @@ the argument and changes nothing, shared memory cannot be written by a reader, a
 are its own, and no call crashes the interpreter (not even at exit)."""
 
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -364,3 +365,42 @@ def test_chain_keys_rejects_tokens_out_of_uint32_range():
     same = ccht.chain_keys(np.array([1, 2], dtype=np.uint32), 1)
     assert (ccht.chain_keys([1, 2], 1) == same).all()
     assert (ccht.chain_keys(np.array([1, 2], dtype=np.int64), 1) == same).all()
+
+
+# ---- case 14: names and paths ------------------------------------------------------------------
+
+def bad_name_file(path, name):
+    """A safetensors file of one tensor whose name is the raw JSON string bytes `name`."""
+    header = b'{"' + name + b'":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    return str(path)
+
+
+@pytest.mark.parametrize("name, shown", [(b"a\xffb", r"a\\xff"), (b"a\\udcffb", "udcff")],
+                         ids=["raw-byte", "unpaired-surrogate"])
+def test_a_tensor_name_that_is_not_utf8_names_the_file_and_the_tensor(tmp_path, name, shown):
+    path = bad_name_file(tmp_path / "bad.safetensors", name)
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    with pytest.raises(ccht.Error, match=shown) as e:
+        wc.load(path)
+    assert path in str(e.value) and e.value.code == "invalid_argument"
+    assert wc.stats()["objects"] == 0
+
+
+def test_a_path_with_a_nul_is_refused(tmp_path):
+    good = write_model(tmp_path / "good.safetensors", {"x": np.ones(4, dtype=np.float32)})
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    for path in (good + "\x00junk", (good + "\x00junk").encode()):
+        with pytest.raises(ValueError, match="WeightCache.load: path .* contains a NUL"):
+            wc.load(path)
+    assert wc.stats()["objects"] == 0
+    with wc.load(tmp_path / "good.safetensors") as m:  # os.PathLike works too
+        assert list(m) == ["x"] and m.path == good
+
+
+def test_loading_a_directory_says_it_is_not_a_regular_file(tmp_path):
+    # Needs the C++ loader to open regular files only (issue 31, the loader's side).
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    with pytest.raises(ccht.Error, match="not a regular file"):
+        wc.load(str(tmp_path))

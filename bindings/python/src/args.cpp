@@ -1,5 +1,5 @@
 // Arguments from Python, checked before anything reaches the cache (issue 31): keys and tokens
-// never converted with a loss, sizes and timeouts rejected with an error that names them.
+// never converted with a loss, sizes, timeouts and paths rejected with an error that names them.
 #include "common.hpp"
 
 #include <cmath>
@@ -175,6 +175,28 @@ std::optional<std::chrono::milliseconds> timeout_arg(double seconds, char const*
   }
   if (seconds >= max_wait_seconds) { return std::nullopt; }
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
+}
+
+fs_path path_arg(nb::handle h, char const* what) {
+  nb::object p = nb::steal(PyOS_FSPath(h.ptr()));  // str, bytes or os.PathLike
+  if (!p.is_valid()) { nb::raise_python_error(); }
+  char const* data = nullptr;
+  Py_ssize_t size = 0;
+  nb::object bytes = p;
+  if (PyUnicode_Check(p.ptr())) {
+    bytes = nb::steal(PyUnicode_EncodeFSDefault(p.ptr()));
+    if (!bytes.is_valid()) { nb::raise_python_error(); }
+  }
+  if (PyBytes_AsStringAndSize(bytes.ptr(), const_cast<char**>(&data), &size) != 0) {
+    nb::raise_python_error();
+  }
+  std::string out(data, static_cast<std::size_t>(size));
+  if (out.find('\0') != std::string::npos) {
+    throw nb::value_error((std::string(what) + ": path " + nb::repr(p).c_str() +
+                           " contains a NUL character")
+                              .c_str());
+  }
+  return {std::move(out), std::move(p)};
 }
 
 }  // namespace ccht::py

@@ -552,8 +552,9 @@ nb::dlpack::dtype dl_dtype(st_dtype t) {
 class py_model {
  public:
   py_model(std::shared_ptr<weight_cache_base> cache, std::unique_ptr<model_base> m,
-           std::string path, bool cuda, int device_id)
-      : cache_(std::move(cache)), path_(std::move(path)), cuda_(cuda), device_id_(device_id) {
+           nb::object path, bool cuda, int device_id)
+      : cache_(std::move(cache)), path_(std::move(path)), path_repr_(nb::repr(path_).c_str()),
+        cuda_(cuda), device_id_(device_id) {
     std::shared_ptr<model_base> shared(std::move(m));
     model_ = shared;
     auto keep_cache = cache_;  // the loaded model refers to the cache
@@ -592,7 +593,7 @@ class py_model {
     d["warm"] = r.warm();
     return d;
   }
-  std::string const& path() const { return path_; }
+  nb::object path() const { return path_; }
   bool closed() const { return hold_ == nullptr; }
   void close() { hold_.reset(); }
 
@@ -606,7 +607,7 @@ class py_model {
   /// A read-only view: a model's tensors are published, shared by every load of the file.
   nb::object view_of(std::string const& name, bool raw) const {
     if (!hold_) {
-      throw nb::value_error(("Model '" + path_ + "': closed; load it again").c_str());
+      throw nb::value_error(("Model " + path_repr_ + ": closed; load it again").c_str());
     }
     model_tensor const* t = find(name);
     if (t == nullptr) { throw nb::key_error(name.c_str()); }
@@ -623,7 +624,8 @@ class py_model {
 
   std::shared_ptr<weight_cache_base> cache_;
   std::shared_ptr<model_base> model_;
-  std::string path_;
+  nb::object path_;        ///< as given (str, bytes or a path object)
+  std::string path_repr_;  ///< for messages
   bool cuda_ = false;
   int device_id_ = 0;
   hold_ptr hold_;
@@ -757,7 +759,8 @@ class py_weight_cache {
     c_ = std::make_shared<weight_cache_impl<cpu_backend>>(budget_bytes, page_bytes, o, io_threads);
   }
 
-  py_model load(std::string const& path, std::string const& layout) {
+  py_model load(nb::handle path_given, std::string const& layout) {
+    fs_path path = path_arg(path_given, "WeightCache.load");
     model_layout l = model_layout::per_tensor;
     if (layout == "packed") {
       l = model_layout::packed;
@@ -767,9 +770,9 @@ class py_weight_cache {
     std::unique_ptr<model_base> m;
     {
       gil_released unlocked;
-      m = c_->load(path, l);
+      m = c_->load(path.bytes, l);
     }
-    return py_model(c_, std::move(m), path, cuda_, device_id_);
+    return py_model(c_, std::move(m), std::move(path.given), cuda_, device_id_);
   }
 
   py_object_lease acquire(nb::handle requests) {
@@ -916,7 +919,7 @@ void bind_weight_cache(nb::module_& m) {
       .def_prop_ro("report", &py_model::report,
                    "What the load did: objects, hits, fills, waits, pages_filled, bytes_read, "
                    "seconds, warm.")
-      .def_prop_ro("path", &py_model::path)
+      .def_prop_ro("path", &py_model::path, "The path as given (os.fspath of it).")
       .def_prop_ro("closed", &py_model::closed)
       .def("close", &py_model::close, "Lets go of the pins (given back once no view is alive).")
       .def("release", &py_model::close, "Same as close().")
@@ -956,6 +959,8 @@ void bind_weight_cache(nb::module_& m) {
            "huge_pages"_a = "auto", "io_threads"_a = 2, "table_ratio"_a = 0.5,
            "cpu_threads"_a = 0, "seed"_a = default_seed)
       .def("load", &py_weight_cache::load, "path"_a, "layout"_a = "per-tensor",
+           nb::sig("def load(self, path: str | bytes | os.PathLike, layout: str = 'per-tensor') "
+                   "-> Model"),
            "Loads a safetensors file: every tensor pinned and contiguous (a Model). Threads "
            "loading the same file at once read it once.")
       .def("acquire", &py_weight_cache::acquire, "requests"_a,

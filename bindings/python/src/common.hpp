@@ -51,6 +51,16 @@ inline constexpr double max_wait_seconds = 1e9;
 /// ValueError for a negative or NaN timeout.
 std::optional<std::chrono::milliseconds> timeout_arg(double seconds, char const* what);
 
+/// A file path argument: its bytes for the file system, and os.fspath() of it.
+struct fs_path {
+  std::string bytes;  ///< what open() gets
+  nb::object given;   ///< str or bytes, as given
+};
+
+/// A file path (str, bytes or os.PathLike); ValueError for a path with a NUL character (the C
+/// library would stop reading it there and open another file).
+fs_path path_arg(nb::handle h, char const* what);
+
 /// PyEval_RestoreThread(), except that a thread CPython ends instead (a daemon thread at
 /// interpreter shutdown) sleeps for good rather than unwinding: see gil_released.
 void restore_thread(PyThreadState* state) noexcept;

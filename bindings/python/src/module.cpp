@@ -123,7 +123,11 @@ NB_MODULE(_ccht, m) {
     try {
       std::rethrow_exception(p);
     } catch (ccht::error const& e) {
-      nb::object inst = error_type(nb::str(e.what()));
+      // Messages quote file and tensor names, which need not be UTF-8: escape those bytes.
+      std::string_view const what = e.what();
+      nb::object msg = nb::steal(PyUnicode_DecodeUTF8(
+          what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace"));
+      nb::object inst = error_type(msg);
       inst.attr("code") = nb::str(ccht::to_string(e.code()));
       PyErr_SetObject(error_type.ptr(), inst.ptr());
     }
