@@ -220,6 +220,10 @@ void release_lease(Cache& cache, lease_pins& p) {
 
 /// Marks the lease closed. Waits, without the GIL, for a publish in progress.
 void close_lease(lease_pins& p) {
+  if (std::unique_lock lock(p.mu, std::try_to_lock); lock.owns_lock()) {
+    p.closed = true;  // uncontended: no need to let go of the GIL
+    return;
+  }
   gil_released unlocked;
   std::lock_guard lock(p.mu);
   p.closed = true;
