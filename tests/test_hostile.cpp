@@ -15,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -311,6 +312,25 @@ TEST(HostileUse, PublishOrAbandonOfAKeyTwiceChangesNothing) {
   auto const s = c.stats();
   EXPECT_EQ(s.pages_pinned, 0u);
   EXPECT_EQ(s.objects, 0u);  // nothing resident: forgotten
+}
+
+// Case 12, in C++: a timeout near milliseconds::max() overflowed now() + timeout into the past,
+// so wait_ready() returned false at once while the fill was still going on.
+TEST(HostileUse, WaitReadyWithAHugeTimeoutWaitsForThePublish) {
+  cache_t c(8 * page, page);
+  key_type const k = 4;
+  object_request const r{k, page};
+  object_lease l;
+  c.acquire({&r, 1}, {&l, 1});
+  ASSERT_EQ(l.status, object_status::fill);
+  std::thread filler([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.publish({&k, 1});
+  });
+  EXPECT_TRUE(c.wait_ready({&k, 1}, std::chrono::milliseconds::max()));
+  EXPECT_EQ(c.stats().objects_filling, 0u);
+  filler.join();
+  c.release({&k, 1});
 }
 
 }  // namespace

@@ -135,7 +135,7 @@ struct io {
       if (device_io) {
         mem.hand_over(d);
         return dlpack_view(d, {keep}, nb::dtype<T>(), nb::device::cuda::value, device_id,
-                           backend_owner<Backend>(d));
+                           backend_owner<Backend>(d), /*writable=*/true);  // the caller's own
       }
       T* h = new T[keep == 0 ? 1 : keep];
       Backend::copy_to_host(h, d, keep * sizeof(T));

@@ -207,7 +207,8 @@ class weight_cache {
    */
   std::size_t erase(std::span<key_type const> keys, std::span<page_result> results = {});
   /**
-   * @brief Waits until none of @p keys is being filled (published or abandoned), or @p timeout.
+   * @brief Waits until none of @p keys is being filled (published or abandoned), or @p timeout
+   *        (a century or more: no limit).
    * @return true when none is being filled
    */
   bool wait_ready(std::span<key_type const> keys,

@@ -653,13 +653,19 @@ std::size_t weight_cache<Backend>::erase(std::span<key_type const> keys,
 template <class Backend>
 bool weight_cache<Backend>::wait_ready(std::span<key_type const> keys,
                                        std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  return ready_.wait_for(lock, timeout, [&] {
+  auto const ready = [&] {
     for (key_type k : keys) {
       if (record const* r = find_locked(k); r != nullptr && r->loading) { return false; }
     }
     return true;
-  });
+  };
+  std::unique_lock lock(mu_);
+  // now() + a timeout near milliseconds::max() overflows into the past: treat it as no limit.
+  if (timeout >= std::chrono::hours(24 * 365 * 100)) {
+    ready_.wait(lock, ready);
+    return true;
+  }
+  return ready_.wait_for(lock, timeout, ready);
 }
 
 template <class Backend>
