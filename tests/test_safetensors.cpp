@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -151,6 +152,40 @@ TEST(Safetensors, TruncationsAndRandomBytesNeverCrash) {
     } catch (ccht::error const&) {
     }
   }
+}
+
+/// A header of @p n one-byte U8 tensors named t0000000, t0000001, ... in file order.
+std::string many_tensors(std::size_t n) {
+  std::string json = "{";
+  char name[16];
+  for (std::size_t i = 0; i < n; ++i) {
+    std::snprintf(name, sizeof name, "t%07zu", i);
+    json += (i ? ",\"" : "\"") + std::string(name) + R"(":{"dtype":"U8","shape":[1],"data_offsets":[)" +
+            std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  return json + "}";
+}
+
+// The header parse is O(n log n) in the tensors: 200k of them took minutes when nlohmann's parser
+// callback found repeated names (it rescans the object per entry). No clock here: ctest's TIMEOUT
+// of this test (60 s, tests/CMakeLists.txt) is what a quadratic parse runs into.
+TEST(SafetensorsScale, TwoHundredThousandTensors) {
+  std::size_t const n = 200'000;
+  std::string json = many_tensors(n);
+  auto const h = ccht::parse_safetensors("big", with_header(json, n), 8 + json.size() + n);
+  ASSERT_EQ(h.tensors.size(), n);
+  for (std::size_t i = 0; i < n; i += 997) {
+    EXPECT_EQ(h.tensors[i].begin, i);
+    EXPECT_EQ(h.tensors[i].bytes(), 1u);
+  }
+  EXPECT_EQ(h.tensors.back().name, "t0199999");
+
+  // One repeated name among 200k is still named: the last tensor takes the name of tensor 123456.
+  auto const last = json.rfind("\"t0199999\"");
+  ASSERT_NE(last, std::string::npos);
+  json.replace(last, 10, "\"t0123456\"");
+  std::string const msg = error_of(with_header(json, n));
+  EXPECT_NE(msg.find("tensor 't0123456': the name appears twice"), std::string::npos) << msg;
 }
 
 TEST(Safetensors, Crc32IsZlibs) {

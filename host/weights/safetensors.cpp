@@ -12,7 +12,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <set>
+#include <optional>
+#include <string_view>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -114,6 +115,47 @@ st_tensor parse_entry(std::string_view file, std::string const& name, nlohmann::
   return t;
 }
 
+/// Collects the keys of the top-level object (depth 1) of a header already parsed once.
+class top_level_keys final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::vector<std::string> keys;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, string_t const&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ == 1) { keys.push_back(std::move(k)); }
+    return true;
+  }
+  bool parse_error(std::size_t, std::string const&, nlohmann::detail::exception const&) override {
+    return false;
+  }
+
+ private:
+  int depth_ = 0;
+};
+
+/// A name the header's top-level object holds twice, if any. The parsed object keeps one entry
+/// per name, so only a second pass over the text sees repeats; it costs O(n log n) in the names
+/// (nlohmann's parser callback, used before, rescanned the object per entry: quadratic).
+std::optional<std::string> repeated_name(std::string_view text, std::size_t distinct) {
+  top_level_keys sax;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
+  if (sax.keys.size() == distinct) { return std::nullopt; }
+  std::sort(sax.keys.begin(), sax.keys.end());
+  auto const it = std::adjacent_find(sax.keys.begin(), sax.keys.end());
+  if (it == sax.keys.end()) { return std::nullopt; }
+  return *it;
+}
+
 }  // namespace
 
 std::size_t dtype_bytes(st_dtype t) noexcept {
@@ -171,26 +213,17 @@ st_header parse_safetensors(std::string_view file, std::span<std::byte const> he
   h.data_offset = 8 + n;
   h.data_bytes = file_size - h.data_offset;
 
-  // A callback sees every top-level key, so a repeated name is caught (the parsed object would
-  // silently keep only one of them).
-  std::set<std::string> names;
-  std::string repeated;
-  auto const cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    if (depth == 1 && ev == nlohmann::json::parse_event_t::key) {
-      auto const k = parsed.get<std::string>();
-      if (!names.insert(k).second && repeated.empty()) { repeated = k; }
-    }
-    return true;
-  };
   auto const* first = reinterpret_cast<char const*>(head.data() + 8);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(first, first + n, cb);
+    j = nlohmann::json::parse(first, first + n);
   } catch (nlohmann::json::exception const& e) {
     fail(file, std::string("the header is not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) { fail(file, "the header is not a JSON object"); }
-  if (!repeated.empty()) { fail_tensor(file, repeated, "the name appears twice in the header"); }
+  if (auto const repeated = repeated_name(std::string_view(first, n), j.size())) {
+    fail_tensor(file, *repeated, "the name appears twice in the header");
+  }
   for (auto const& [name, v] : j.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) { fail(file, "'__metadata__' is not a JSON object"); }
