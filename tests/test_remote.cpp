@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -590,6 +592,188 @@ TEST_F(RedisTierOne, ManyThreadsOnSharedKeysSeeOnlyWrittenValues) {
   EXPECT_GT(hits.load(), 0u);
   EXPECT_EQ(tier.stats().errors, 0u);
   EXPECT_EQ(tier.stats().integrity_failures, 0u);
+}
+
+// ---- hostile servers ---------------------------------------------------------------------------
+
+/// A fake "Redis" on a loopback port: PING and CLUSTER get their usual answers, every other
+/// command gets the payload, then (with trickle) one more byte every 10 ms for as long as the
+/// client listens. After relay_to(port), new connections are piped to a real server instead.
+class hostile_server {
+ public:
+  hostile_server(std::string payload, bool trickle) : payload_(std::move(payload)), trickle_(trickle) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // loopback only
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(fd_, 8) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~hostile_server() {
+    stop_ = true;
+    if (thread_.joinable()) { thread_.join(); }
+    if (fd_ >= 0) { ::close(fd_); }
+  }
+  hostile_server(hostile_server const&) = delete;
+  hostile_server& operator=(hostile_server const&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  void relay_to(int port) { relay_port_ = port; }
+
+ private:
+  /// Waits up to 20 ms for @p fd to be readable (or closed).
+  static bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 20) > 0;
+  }
+  static bool send_all(int fd, std::string_view s) {
+    while (!s.empty()) {
+      ssize_t const n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+      if (n <= 0) { return false; }
+      s.remove_prefix(std::size_t(n));
+    }
+    return true;
+  }
+  void serve() {
+    while (!stop_) {
+      if (!readable(fd_)) { continue; }
+      int const c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) { continue; }
+      if (relay_port_ > 0) {
+        relay(c);
+      } else {
+        answer(c);
+      }
+      ::close(c);
+    }
+  }
+  void answer(int c) {
+    char buf[4096];
+    while (!stop_) {
+      if (!readable(c)) { continue; }
+      ssize_t const n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) { return; }
+      std::string_view const req(buf, std::size_t(n));
+      bool const hostile = req.find("PING") == std::string_view::npos &&
+                           req.find("CLUSTER") == std::string_view::npos;
+      std::string_view const out = !hostile ? (req.find("PING") != std::string_view::npos
+                                                   ? std::string_view("+PONG\r\n")
+                                                   : std::string_view("-ERR unknown command\r\n"))
+                                            : std::string_view(payload_);
+      if (!send_all(c, out)) { return; }
+      while (hostile && trickle_ && !stop_ && send_all(c, "x")) {
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+  }
+  void relay(int c) {
+    int const r = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(std::uint16_t(relay_port_.load()));
+    if (r < 0 || ::connect(r, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      if (r >= 0) { ::close(r); }
+      return;
+    }
+    char buf[65536];
+    while (!stop_) {
+      pollfd p[2] = {{c, POLLIN, 0}, {r, POLLIN, 0}};
+      if (::poll(p, 2, 20) <= 0) { continue; }
+      for (int i = 0; i < 2; ++i) {
+        if (p[i].revents == 0) { continue; }
+        ssize_t const n = ::recv(p[i].fd, buf, sizeof buf, 0);
+        if (n <= 0 || !send_all(p[1 - i].fd, std::string_view(buf, std::size_t(n)))) {
+          ::close(r);
+          return;
+        }
+      }
+    }
+    ::close(r);
+  }
+
+  std::string payload_;
+  bool trickle_ = false;
+  int fd_ = -1, port_ = -1;
+  std::atomic<int> relay_port_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+enum class call_kind { get, put, exists };
+
+/// One call of @p kind on a fresh tier against @p evil (200 ms budget): it must find nothing, count
+/// an error and say @p why; the test's ctest TIMEOUT (30 s) catches a call that hangs instead.
+void expect_refused(hostile_server& evil, call_kind kind, std::string const& why) {
+  auto o = opts(evil.url(), "evil:");
+  o.timeout = 200ms;
+  o.password_env = "";  // no AUTH: the fake answers only PING honestly
+  redis_tier tier(o);
+  batch b(iota_keys(4), std::vector<std::size_t>(4, 64), 9);
+  std::size_t done = 0;
+  if (kind == call_kind::get) { done = fetched(tier, b.keys, b.sizes).hits; }
+  if (kind == call_kind::put) { done = tier.put(b.keys, b.src, b.sizes); }
+  if (kind == call_kind::exists) {
+    std::unique_ptr<bool[]> found(new bool[4]);
+    done = tier.exists(b.keys, std::span<bool>(found.get(), 4));
+  }
+  EXPECT_EQ(done, 0u);
+  EXPECT_GT(tier.stats().errors, 0u);
+  EXPECT_NE(tier.last_error().find(why), std::string::npos) << tier.last_error();
+}
+
+// A reply may claim no more than its request can return: hiredis would otherwise allocate (and
+// later walk) 2e9 array slots, or wait for 2 GB of a bulk string while a byte trickles in every
+// 10 ms, however short the budget. Each call must fail at once, counted, naming the claim.
+TEST(RedisTierHostile, HugeClaimsAreProtocolErrors) {
+  hostile_server array("*2000000000\r\n", false);
+  ASSERT_GT(array.port(), 0);
+  for (auto kind : {call_kind::get, call_kind::put, call_kind::exists}) {
+    expect_refused(array, kind, "bad reply on 127.0.0.1:" + std::to_string(array.port()) +
+                                    ": protocol error: a reply claims an array of 2000000000 elements");
+  }
+  hostile_server bulk("$2000000000\r\n", true);
+  for (auto kind : {call_kind::get, call_kind::put, call_kind::exists}) {
+    expect_refused(bulk, kind, "protocol error: a reply claims a bulk string of 2000000000 bytes");
+  }
+  hostile_server nested("*4\r\n$2000000000\r\n", true);  // an MGET element
+  expect_refused(nested, call_kind::get, "a reply claims a bulk string of 2000000000 bytes");
+}
+
+// A reply line that never ends, a byte every 10 ms: each byte comes well within the socket's
+// timeout, so only the call's own budget ends it.
+TEST(RedisTierHostile, TrickledRepliesEndAtTheBudget) {
+  hostile_server slow("+", true);
+  ASSERT_GT(slow.port(), 0);
+  expect_refused(slow, call_kind::get, "timeout");
+}
+
+// After a hostile reply the connection is dropped; the tier reconnects and works once the same
+// address leads to a real server.
+TEST(RedisTierHostile, TheTierRecoversOnAHonestServer) {
+  redis_server real;
+  START_OR_SKIP(real);
+  hostile_server evil("*2000000000\r\n", false);
+  auto o = opts(evil.url(), "evil:");
+  o.timeout = 200ms;
+  o.password_env = "";
+  redis_tier tier(o);
+  batch b(iota_keys(6), std::vector<std::size_t>(6, 300), 4);
+  EXPECT_EQ(fetched(tier, b.keys, b.sizes).hits, 0u);
+  EXPECT_NE(tier.last_error().find("protocol error"), std::string::npos) << tier.last_error();
+  evil.relay_to(real.port());
+  std::this_thread::sleep_for(100ms);  // past the backoff (20 ms)
+  EXPECT_EQ(tier.put(b.keys, b.src, b.sizes), 6u) << tier.last_error();
+  fetched f(tier, b.keys, b.sizes);
+  EXPECT_EQ(f.hits, 6u) << tier.last_error();
+  EXPECT_EQ(f.data[5], b.data[5]);
+  EXPECT_EQ(tier.stats().connects, 2u);
 }
 
 // ---- AUTH --------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 // ccht::redis_tier (cache/redis_tier.hpp) over hiredis's blocking API: URL parsing, hash-slot
 // sharding, pipelined batches under one time budget, backoff, and the write-back thread.
+#include "redis_reply.hpp"
+
 #include <ccht/cache/redis_tier.hpp>
 #include <ccht/error.hpp>
 
@@ -10,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -244,6 +247,197 @@ std::uint16_t redis_hash_slot(std::string const& key) noexcept {
   return static_cast<std::uint16_t>(crc & (num_slots - 1));
 }
 
+// ---- bounded replies (redis_reply.hpp) ---------------------------------------------------------
+
+namespace detail {
+namespace {
+
+/// hiredis's own reply object functions (those of a reader it makes).
+redisReplyObjectFunctions const& hiredis_functions() {
+  static redisReplyObjectFunctions const fns = [] {
+    redisReader* r = redisReaderCreate();
+    if (r == nullptr) { throw error(error_code::out_of_memory, "redis_tier: no memory for a reader"); }
+    redisReplyObjectFunctions const f = *r->fn;
+    redisReaderFree(r);
+    return f;
+  }();
+  return fns;
+}
+
+/// Records the first claim out of bounds. Called from hiredis (C): nothing may throw through it.
+template <class Describe>
+void note_violation(reply_check& check, Describe&& describe) noexcept {
+  try {
+    if (check.violation.empty()) { check.violation = describe(); }
+  } catch (...) {
+    check.violation = "?";
+  }
+}
+
+// hiredis 0.14 counts elements in an int, 1.x in a size_t.
+template <class Count>
+void* bounded_array(redisReadTask const* task, Count elements) {
+  auto* check = static_cast<reply_check*>(task->privdata);
+  if (check != nullptr && (elements < 0 || std::size_t(elements) > check->bounds.elements)) {
+    note_violation(*check, [&] {
+      return "a reply claims an array of " + std::to_string(elements) + " elements, at most " +
+             std::to_string(check->bounds.elements) + " expected";
+    });
+    return nullptr;  // hiredis fails the reader; read_reply() says why
+  }
+  return hiredis_functions().createArray(task, elements);
+}
+
+void* bounded_string(redisReadTask const* task, char* str, std::size_t len) {
+  auto* check = static_cast<reply_check*>(task->privdata);
+  bool const bulk = task->type == REDIS_REPLY_STRING;
+  if (check != nullptr && len > (bulk ? check->bounds.bulk : check->bounds.line)) {
+    note_violation(*check, [&] {
+      return std::string(bulk ? "a reply holds a bulk string of " : "a reply line has ") +
+             std::to_string(len) + " bytes, at most " +
+             std::to_string(bulk ? check->bounds.bulk : check->bounds.line) + " expected";
+    });
+    return nullptr;
+  }
+  return hiredis_functions().createString(task, str, len);
+}
+
+redisReplyObjectFunctions* bounded_functions() {
+  static redisReplyObjectFunctions fns = [] {
+    redisReplyObjectFunctions f = hiredis_functions();
+    f.createArray = bounded_array;
+    f.createString = bounded_string;
+    return f;
+  }();
+  return &fns;
+}
+
+/// Sets @p c's error (the blocking API's fields) and returns @p o.
+read_outcome failed(redisContext* c, read_outcome o, std::string const& why) {
+  c->err = o == read_outcome::protocol ? REDIS_ERR_PROTOCOL : REDIS_ERR_IO;
+  std::snprintf(c->errstr, sizeof c->errstr, "%s", why.c_str());
+  return o;
+}
+
+/// The outcome of a failed redisBufferRead / redisBufferWrite (errno is still theirs).
+read_outcome io_outcome(redisContext const* c) {
+  bool const slow = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+  return slow ? read_outcome::timeout : read_outcome::io;
+}
+
+/// The outcome of a failed parse: a claim out of bounds, or hiredis's own protocol error.
+read_outcome parse_outcome(redisContext* c, reply_check const& check) {
+  if (!check.violation.empty()) { return failed(c, read_outcome::protocol, "protocol error: " + check.violation); }
+  return read_outcome::protocol;
+}
+
+}  // namespace
+
+void bound_reader(redisReader* reader, reply_check* check) {
+  reader->fn = bounded_functions();
+  reader->privdata = check;
+}
+
+bool check_pending(redisReader const& reader, reply_check& check) {
+  if (reader.buf == nullptr || reader.pos >= reader.len) { return true; }
+  std::string_view rest(reader.buf + reader.pos, reader.len - reader.pos);
+  // hiredis consumes an item's type byte first and keeps it in the read task: the item waiting
+  // is either that task's (its header line at pos) or a new one (its type byte at pos).
+#if HIREDIS_MAJOR >= 1
+  redisReadTask const* task = reader.ridx >= 0 ? reader.task[reader.ridx] : nullptr;
+#else
+  redisReadTask const* task = reader.ridx >= 0 ? &reader.rstack[reader.ridx] : nullptr;
+#endif
+  bool bulk = task != nullptr && task->type == REDIS_REPLY_STRING;
+  if (task == nullptr || task->type < 0) {
+    bulk = rest.front() == '$';
+    rest.remove_prefix(1);
+  }
+  auto const eol = rest.find("\r\n");
+  if (eol == std::string_view::npos) {  // a line still without its end: how long may it grow?
+    if (rest.size() > check.bounds.line + 32) {
+      note_violation(check, [&] { return "a reply line runs past " + std::to_string(check.bounds.line) + " bytes"; });
+      return false;
+    }
+    return true;
+  }
+  if (!bulk) { return true; }
+  long long len = 0;  // hiredis waits for all of a bulk string: judge its length first
+  auto const [p, ec] = std::from_chars(rest.data(), rest.data() + eol, len);
+  if (ec == std::errc() && p == rest.data() + eol && len > 0 &&
+      static_cast<unsigned long long>(len) > check.bounds.bulk) {
+    note_violation(check, [&] {
+      return "a reply claims a bulk string of " + std::to_string(len) + " bytes, at most " +
+             std::to_string(check.bounds.bulk) + " expected";
+    });
+    return false;
+  }
+  return true;
+}
+
+read_outcome read_reply(redisContext* c, reply_check& check,
+                        std::chrono::steady_clock::time_point deadline, void** reply) {
+  *reply = nullptr;
+  check.violation.clear();
+  bound_reader(c->reader, &check);
+  if (redisGetReplyFromReader(c, reply) != REDIS_OK) { return parse_outcome(c, check); }
+  if (*reply != nullptr) { return read_outcome::reply; }
+  for (int done = 0; done == 0;) {
+    if (redisBufferWrite(c, &done) != REDIS_OK) { return io_outcome(c); }
+  }
+  for (;;) {
+    if (!check_pending(*c->reader, check)) {
+      return failed(c, read_outcome::protocol, "protocol error: " + check.violation);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {  // a server that trickles bytes
+      return failed(c, read_outcome::timeout, "the time budget ran out while a reply was read");
+    }
+    if (redisBufferRead(c) != REDIS_OK) { return io_outcome(c); }
+    if (redisGetReplyFromReader(c, reply) != REDIS_OK) { return parse_outcome(c, check); }
+    if (*reply != nullptr) { return read_outcome::reply; }
+  }
+}
+
+get_reply classify_get(redisReply const* r, std::string_view& value) noexcept {
+  if (r == nullptr || r->type == REDIS_REPLY_NIL) { return r == nullptr ? get_reply::unexpected : get_reply::nil; }
+  if (r->type != REDIS_REPLY_STRING) { return get_reply::unexpected; }
+  value = std::string_view(r->str, r->len);
+  return get_reply::value;
+}
+
+slot_map parse_cluster_slots(redisReply const* r, std::string const& fallback_host) {
+  slot_map m;
+  m.owner.assign(num_slots, 0);
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY) { return m; }
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    redisReply const* e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
+        e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->elements < 2 || e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
+      continue;
+    }
+    redisReply const* node = e->element[2];
+    long long const port = node->element[1]->integer;
+    long long const lo = e->element[0]->integer, hi = e->element[1]->integer;
+    if (port < 1 || port > 65535 || lo < 0 || hi < lo) { continue; }
+    redis_endpoint ep;
+    if (node->element[0]->type == REDIS_REPLY_STRING) { ep.host.assign(node->element[0]->str, node->element[0]->len); }
+    if (ep.host.empty() || ep.host == "?") { ep.host = fallback_host; }
+    ep.port = int(port);
+    std::size_t idx = m.servers.size();
+    for (std::size_t k = 0; k < m.servers.size(); ++k) {
+      if (m.servers[k].host == ep.host && m.servers[k].port == ep.port) { idx = k; }
+    }
+    if (idx == m.servers.size()) { m.servers.push_back(std::move(ep)); }
+    for (auto sl = std::size_t(lo); sl <= std::size_t(hi) && sl < num_slots; ++sl) {
+      m.owner[sl] = std::uint16_t(idx);
+    }
+  }
+  return m;
+}
+
+}  // namespace detail
+
 // ---- the tier -----------------------------------------------------------------------------------
 
 struct redis_tier::impl {
@@ -300,16 +494,21 @@ struct redis_tier::impl {
     s.retry_at = clock_type::now() + s.backoff;
   }
 
-  /// One command, its reply (null on a connection error, recorded).
-  redisReply* command(server& s, std::vector<std::string> const& args) {
+  /// One command and its reply within @p bounds (null on an error: s.ctx->errstr says which).
+  redisReply* command(server& s, std::vector<std::string> const& args, detail::reply_bounds bounds = {}) {
     std::vector<char const*> argv;
     std::vector<std::size_t> lens;
     for (auto const& a : args) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    void* r = redisCommandArgv(s.ctx, int(argv.size()), argv.data(), lens.data());
     round_trips.fetch_add(1, std::memory_order_relaxed);
+    if (redisAppendCommandArgv(s.ctx, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      return nullptr;
+    }
+    detail::reply_check check{bounds, {}};
+    void* r = nullptr;
+    detail::read_reply(s.ctx, check, clock_type::now() + opt.timeout, &r);
     return static_cast<redisReply*>(r);
   }
 
@@ -373,7 +572,8 @@ struct redis_tier::impl {
   bool learn_map(conn_set& cs, bool strict) {
     for (auto& s : cs.servers) {
       if (!connect(s, strict)) { continue; }
-      reply_ptr r{command(s, {"CLUSTER", "SLOTS"})};
+      // At most one range per slot; host names and node ids are short.
+      reply_ptr r{command(s, {"CLUSTER", "SLOTS"}, {num_slots, std::size_t{64} << 10})};
       if (r.r == nullptr) {
         note_error("CLUSTER SLOTS on " + where(s.ep) + ": " + s.ctx->errstr);
         fail(s);
@@ -385,29 +585,9 @@ struct redis_tier::impl {
         return true;
       }
       if (r.r->type != REDIS_REPLY_ARRAY) { continue; }
+      auto [endpoints, owner] = detail::parse_cluster_slots(r.r, s.ep.host);
       std::vector<server> next;
-      std::vector<std::uint16_t> owner(num_slots, 0);
-      for (std::size_t i = 0; i < r.r->elements; ++i) {
-        redisReply const* e = r.r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
-          continue;
-        }
-        redisReply const* node = e->element[2];
-        redis_endpoint ep;
-        ep.host = node->element[0]->type == REDIS_REPLY_STRING
-                      ? std::string(node->element[0]->str, node->element[0]->len)
-                      : std::string();
-        if (ep.host.empty() || ep.host == "?") { ep.host = s.ep.host; }
-        ep.port = int(node->element[1]->integer);
-        std::size_t idx = next.size();
-        for (std::size_t k = 0; k < next.size(); ++k) {
-          if (next[k].ep.host == ep.host && next[k].ep.port == ep.port) { idx = k; }
-        }
-        if (idx == next.size()) { next.push_back(server{ep}); }
-        auto const lo = std::size_t(e->element[0]->integer), hi = std::size_t(e->element[1]->integer);
-        for (std::size_t sl = lo; sl <= hi && sl < num_slots; ++sl) { owner[sl] = std::uint16_t(idx); }
-      }
+      for (auto& ep : endpoints) { next.push_back(server{std::move(ep)}); }
       if (next.empty()) { continue; }
       // Keep open connections to servers that stay.
       for (auto& n : next) {
@@ -432,10 +612,12 @@ struct redis_tier::impl {
    * A command carries up to @p per_cmd elements (MGET / MSET; 1 on a Redis Cluster, whose
    * multi-key commands must stay in one slot). make(idx, argv, lens) builds the command of the
    * elements idx; on_reply(idx, reply) takes its reply. Elements that got no reply are misses.
+   * A reply claiming more than @p bounds is a protocol error: the connection is dropped.
    */
   template <class Make, class OnReply>
   void run(conn_set& cs, std::vector<std::string> const& skeys, std::vector<std::size_t> todo,
-           clock_type::time_point deadline, std::size_t per_cmd, Make&& make, OnReply&& on_reply) {
+           clock_type::time_point deadline, std::size_t per_cmd, detail::reply_bounds bounds,
+           Make&& make, OnReply&& on_reply) {
     auto const t0 = clock_type::now();
     std::vector<char const*> argv;
     std::vector<std::size_t> lens;
@@ -480,11 +662,14 @@ struct redis_tier::impl {
           for (std::size_t k = b; k < e; k += group) {
             auto const idx = std::span(items).subspan(k, std::min(group, e - k));
             void* raw = nullptr;
-            if (redisGetReply(s.ctx, &raw) != REDIS_OK) {
-              bool const slow = s.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-              if (slow) { timeouts.fetch_add(1, std::memory_order_relaxed); }
-              note_error(std::string(slow ? "timeout" : "connection error") + " on " + where(s.ep) +
-                         ": " + s.ctx->errstr);
+            detail::reply_check check{bounds, {}};
+            auto const got = detail::read_reply(s.ctx, check, deadline, &raw);
+            if (got != detail::read_outcome::reply) {
+              if (got == detail::read_outcome::timeout) { timeouts.fetch_add(1, std::memory_order_relaxed); }
+              char const* what = got == detail::read_outcome::timeout    ? "timeout"
+                                 : got == detail::read_outcome::protocol ? "bad reply"
+                                                                         : "connection error";
+              note_error(std::string(what) + " on " + where(s.ep) + ": " + s.ctx->errstr);
               fail(s);  // replies may still be in flight: the connection cannot be reused
               break;
             }
@@ -543,6 +728,7 @@ struct redis_tier::impl {
       put_bytes.fetch_add(payload[i], std::memory_order_relaxed);
     };
     run(cs, skeys, todo, clock_type::now() + opt.timeout, multi ? opt.pipeline : 1,
+        detail::reply_bounds{},  // +OK or an error line
         [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
             std::vector<std::size_t>& lens) {
           if (idx.size() > 1) {
@@ -747,16 +933,19 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
   }
   std::lock_guard lock(m.fg_mu);
   auto take = [&](std::size_t i, redisReply const* r) {
-    if (r->type == REDIS_REPLY_NIL) { return; }
-    if (r->type != REDIS_REPLY_STRING) {
-      m.note_error("GET " + skeys[i] + ": unexpected reply");
-      return;
+    std::string_view value;
+    switch (detail::classify_get(r, value)) {
+      case detail::get_reply::nil: return;
+      case detail::get_reply::unexpected: m.note_error("GET " + skeys[i] + ": unexpected reply"); return;
+      case detail::get_reply::value: accept(i, value.data(), value.size()); return;
     }
-    accept(i, r->str, r->len);
   };
+  // An MGET's reply holds one value per key, none larger than the largest size asked for.
+  detail::reply_bounds bounds{std::max<std::size_t>(1, m.opt.pipeline), sizeof(remote_value_header)};
+  for (std::size_t i : todo) { bounds.bulk = std::max(bounds.bulk, sizeof(remote_value_header) + sizes[i]); }
   // pipeline 1 is the one-round-trip-per-key baseline: GET each. Otherwise MGET carries up to
   // `pipeline` keys per command, which costs the server far less than as many GETs.
-  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, m.opt.pipeline,
+  m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, m.opt.pipeline, bounds,
         [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
             std::vector<std::size_t>& lens) {
           argv.push_back(idx.size() > 1 ? "MGET" : "GET");
@@ -856,6 +1045,7 @@ std::size_t redis_tier::exists(std::span<key_type const> keys, std::span<bool> f
   if (todo.empty()) { return count; }
   std::lock_guard lock(m.fg_mu);
   m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, 1,
+        detail::reply_bounds{},  // an integer
         [&](std::span<std::size_t const> idx, std::vector<char const*>& argv,
             std::vector<std::size_t>& lens) {
           argv = {"EXISTS", skeys[idx[0]].data()};

@@ -27,6 +27,12 @@
  * constructor, which throws only for a malformed URL or a refused AUTH / SELECT (a server that
  * is down at start is not an error: it is retried like any other failure).
  *
+ * **Hostile servers.** A reply may claim no more than its request can return: an array longer
+ * than the keys asked for, a bulk string longer than the largest value asked for, or an
+ * unterminated line over 64 KiB is a protocol error (counted in `errors`, the connection dropped)
+ * before anything of the claimed size is allocated or waited for; a reply still arriving when the
+ * call's budget is spent is a timeout, however slowly its bytes trickle in.
+ *
  * **Threads.** Calls from several threads are safe: foreground calls share one set of
  * connections under a mutex; the write-back thread of put_async() has its own.
  *
