@@ -180,6 +180,33 @@ TEST(RedisUrl, RedactionHidesPasswordsOnly) {
   EXPECT_EQ(ccht::redact_redis_url("unix:///tmp/a@b"), "unix:///tmp/a@b");
 }
 
+// An unescaped '@' in a password used to make the rest of the password the host (the run then
+// failed to connect in silence); a password holding '?' or '/' reached error messages and
+// describe(). The URL is now refused, or the password hidden, wherever it is.
+TEST(RedisUrl, UnescapedAtSignsAndOddHostsAreRefusedWithoutThePassword) {
+  for (std::string bad : {"redis://:p@ss-wd@127.0.0.1:6379", "redis://u:p@ss-wd@h", "redis://bad host:1",
+                          "redis://h\x01st:1", "unix://u:p@ss-wd@/tmp/s", "redis://:pass?wd@h/x"}) {
+    try {
+      ccht::parse_redis_url(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (ccht::error const& e) {
+      std::string const what = e.what();
+      EXPECT_EQ(what.find("ss-wd"), std::string::npos) << what;
+      EXPECT_EQ(what.find("?wd"), std::string::npos) << what;
+      if (bad.find("ss-wd") != std::string::npos) { EXPECT_NE(what.find("%40"), std::string::npos) << what; }
+    }
+  }
+  auto const u = ccht::parse_redis_url("redis://:pa/ss?wd@h:7/2");
+  EXPECT_EQ(u.password, "pa/ss?wd");
+  EXPECT_EQ(u.endpoints[0].host, "h");
+  EXPECT_EQ(u.db, 2);
+  EXPECT_EQ(ccht::redact_redis_url("redis://:pa/ss?wd@h:7/2"), "redis://:***@h:7/2");
+  EXPECT_EQ(ccht::redact_redis_url("u:pw@h:1"), "u:***@h:1");  // no scheme: still hidden
+  EXPECT_EQ(ccht::parse_redis_url("unix:///tmp/a@b").endpoints[0].socket, "/tmp/a@b");
+  EXPECT_EQ(ccht::parse_redis_url("unix://u:pw@/tmp/a@b").endpoints[0].socket, "/tmp/a@b");
+  EXPECT_EQ(ccht::parse_redis_url("redis://my_host-1.example:1").endpoints[0].host, "my_host-1.example");
+}
+
 TEST(RedisUrl, HashSlotsAreRedisClusters) {
   EXPECT_EQ(ccht::redis_hash_slot("foo"), 12182);  // CLUSTER KEYSLOT foo
   EXPECT_EQ(ccht::redis_hash_slot("123456789"), 0x31C3 % 16384);  // CRC16-XMODEM check value

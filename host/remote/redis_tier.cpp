@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <condition_variable>
@@ -60,6 +61,39 @@ std::string percent_decode(std::string_view s) {
     out.push_back(s[i]);
   }
   return out;
+}
+
+/// Where the userinfo of a URL's part after "://" ends (its '@'), npos when there is none. A '@'
+/// inside a user name or password must be written %40: @p strict refuses a second '@' with an
+/// error that shows none of them (redaction passes false and falls back to the last '@').
+std::size_t userinfo_at(std::string_view rest, bool unix_socket, bool strict = true) {
+  if (unix_socket) {  // unix://[user:password@]/path: the path may hold '@'
+    if (rest.empty() || rest.front() == '/') { return std::string_view::npos; }
+    auto const at = rest.find("@/");
+    if (strict && at != std::string_view::npos && rest.substr(0, at).find('@') != std::string_view::npos) {
+      bad_url("'@' appears more than once before the socket path: write a '@' in the user name or "
+              "password as %40");
+    }
+    return at;
+  }
+  auto const at = rest.find('@');
+  if (strict && at != std::string_view::npos && rest.find('@', at + 1) != std::string_view::npos) {
+    bad_url("'@' appears more than once: write a '@' in the user name or password as %40");
+  }
+  return at;
+}
+
+/// Refuses a host that no resolver would take (the URL's password never reaches here).
+void check_host(std::string const& host) {
+  for (char c : host) {
+    auto const u = static_cast<unsigned char>(c);
+    if (!std::isalnum(u) && c != '-' && c != '.' && c != '_' && c != ':' && c != '%') {
+      std::string shown = host.substr(0, 64);
+      for (char& x : shown) { x = std::isprint(static_cast<unsigned char>(x)) ? x : '?'; }
+      bad_url("host '" + shown + "' holds '" + std::string(1, std::isprint(u) ? c : '?') +
+              "': a host is a name, an IPv4 address or an [IPv6] address");
+    }
+  }
 }
 
 timeval to_timeval(milliseconds ms) {
@@ -136,16 +170,11 @@ redis_url parse_redis_url(std::string const& url) {
   if (scheme != "redis" && scheme != "unix") {
     bad_url("unknown scheme '" + std::string(scheme) + "' (expected redis:// or unix://)");
   }
-  // userinfo@ (the last '@' before the path: a password may hold '@' only percent-encoded)
   std::string rest(s);  // "redis://a:1,redis://b:2" lists: one scheme is enough
   for (std::size_t p; (p = rest.find(",redis://")) != std::string::npos;) { rest.erase(p + 1, 8); }
   s = rest;
-  std::string_view query;
-  if (auto q = s.find('?'); q != std::string_view::npos) {
-    query = s.substr(q + 1);
-    s = s.substr(0, q);
-  }
-  if (auto at = s.find('@'); at != std::string_view::npos) {
+  // userinfo@ first: a password may hold '?' or '/', and no error below may show any of it.
+  if (auto const at = userinfo_at(s, scheme == "unix"); at != std::string_view::npos) {
     std::string_view ui = s.substr(0, at);
     s.remove_prefix(at + 1);
     if (auto c = ui.find(':'); c != std::string_view::npos) {
@@ -154,6 +183,11 @@ redis_url parse_redis_url(std::string const& url) {
     } else {
       u.password = percent_decode(ui);  // redis://password@host, as redis-cli reads it
     }
+  }
+  std::string_view query;
+  if (auto q = s.find('?'); q != std::string_view::npos) {
+    query = s.substr(q + 1);
+    s = s.substr(0, q);
   }
   if (scheme == "unix") {
     if (s.empty() || s.front() != '/') { bad_url("unix:// needs an absolute socket path"); }
@@ -188,6 +222,7 @@ redis_url parse_redis_url(std::string const& url) {
         e.host = std::string(hp);
       }
       if (e.host.empty()) { bad_url("empty host in the server list"); }
+      check_host(e.host);
       u.endpoints.push_back(std::move(e));
     }
   }
@@ -213,13 +248,14 @@ redis_url parse_redis_url(std::string const& url) {
 
 std::string redact_redis_url(std::string const& url) {
   auto const scheme = url.find("://");
-  if (scheme == std::string::npos) { return url; }
-  std::size_t const start = scheme + 3;
-  std::size_t end = url.find_first_of("/?", start);
-  if (url.compare(0, scheme, "unix") == 0) { end = url.find('/', start); }
-  if (end == std::string::npos) { end = url.size(); }
-  auto const at = url.rfind('@', end == url.size() ? std::string::npos : end);
-  if (at == std::string::npos || at < start) { return url; }
+  std::size_t const start = scheme == std::string::npos ? 0 : scheme + 3;
+  bool const unix_socket = scheme != std::string::npos && url.compare(0, scheme, "unix") == 0;
+  std::string_view const rest = std::string_view(url).substr(start);
+  // The parser's '@', or for a URL it refuses, the last one: more hidden, never less.
+  std::size_t at = userinfo_at(rest, unix_socket, false);
+  if (at == std::string_view::npos && !(unix_socket && rest.starts_with('/'))) { at = rest.rfind('@'); }
+  if (at == std::string_view::npos) { return url; }
+  at += start;
   auto const colon = url.find(':', start);
   std::string out = url.substr(0, start);
   if (colon != std::string::npos && colon < at) {
