@@ -10,6 +10,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -147,7 +148,10 @@ TEST(CliRemote, KvReplayInASecondProcessHitsWhatTheFirstWrote) {
       << "a fresh prefix starts as empty as the first run did\n" << c.text();
 }
 
-TEST(CliRemote, KvReplayWithNoServerServesFromItsLocalTiers) {
+// A --remote that never answers (a wrong port or host) still lets the run finish on its local
+// tiers, but the run fails: one line on stderr says so, exit 1 (it used to exit 0 in silence,
+// with only remote_errors in the JSON).
+TEST(CliRemote, KvReplayWithNoServerServesLocallyButFails) {
   cli_dir dir;
   std::string const trace = write_trace(dir.path());
   int const port = ccht::test::free_loopback_port();  // nothing listens there
@@ -159,13 +163,72 @@ TEST(CliRemote, KvReplayWithNoServerServesFromItsLocalTiers) {
   args.insert(args.end(), {"--remote", "redis://127.0.0.1:" + std::to_string(port),
                            "--remote-timeout-ms", "50"});
   auto const r = dir.run(args);
-  ASSERT_EQ(r.rc, 0) << r.text();
+  EXPECT_EQ(r.rc, 1) << r.text();
+  EXPECT_NE(r.err.find("ccht: error: remote tier (redis redis://127.0.0.1:" + std::to_string(port) +
+                       "): no server was ever reached"),
+            std::string::npos)
+      << r.text();
+  EXPECT_NE(r.err.find("connect to 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.text();
   auto const j = first_json(r);
   EXPECT_EQ(j["check_failures"].get<int>(), 0);
   EXPECT_GT(j["remote_errors"].get<std::uint64_t>(), 0u) << r.text();
   // Remote hits can only be write-backs still queued (read-your-writes), never a loss.
   EXPECT_GE(j["page_hits"].get<std::uint64_t>(), first_json(local)["page_hits"].get<std::uint64_t>())
       << "the local tiers serve at least as without it";
+}
+
+// A server that refuses every write (here: no replica for min-replicas-to-write) fails the run.
+TEST(CliRemote, WeightsWhoseWritesAreAllRefusedFail) {
+  redis_server server({"--min-replicas-to-write", "1"});
+  START_OR_SKIP(server);
+  cli_dir dir;
+  std::vector<std::byte> bytes(100000, std::byte{7});
+  std::string const p = (dir.path() / "m.safetensors").string();
+  std::vector<ccht::st_tensor_data> ts = {{"w", ccht::st_dtype::U8, {100000}, bytes}};
+  ccht::write_safetensors(p, ts);
+  auto const r = dir.run({"weights", "--file", p, "--budget", "1MiB", "--page-bytes", "64KiB",
+                          "--invocations", "3", "--json", "--remote", server.url()});
+  EXPECT_EQ(r.rc, 1) << r.text();
+  EXPECT_NE(r.err.find("): every write failed ("), std::string::npos) << r.text();
+  EXPECT_NE(r.err.find("NOREPLICAS"), std::string::npos) << r.text();
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.text();
+}
+
+// Arguments the remote tier could never work with are bad arguments (exit 2, one line, the
+// reason, never the password), found before anything runs.
+TEST(CliRemote, BadRemoteArgumentsExitWithTwo) {
+  cli_dir dir;
+  std::string const trace = write_trace(dir.path());
+  std::string const at = "127.0.0.1:" + std::to_string(ccht::test::free_loopback_port());
+  std::vector<std::string> const base{"kv-replay", "--trace", trace, "--pages", "20", "--tiers",
+                                      "host=40", "--policy", "page-cache", "--json"};
+  struct bad_case {
+    std::vector<std::string> extra;
+    std::string says;
+  };
+  std::vector<bad_case> const cases{
+      // seconds x 1000 overflowed: Redis refused every write, and the run said nothing
+      {{"--remote", "redis://" + at, "--remote-ttl", "9223372036854776"},
+       "--remote-ttl: expected seconds in [0, 1000000000000000] (0: no expiry), got 9223372036854776"},
+      // an unescaped '@' in the password made "ss-w0rd@127.0.0.1" the host
+      {{"--remote", "redis://:p@ss-w0rd@" + at},
+       "--remote: ccht: invalid_argument: redis URL: '@' appears more than once: write a '@' in the "
+       "user name or password as %40"},
+      {{"--remote", "redis://bad host:6379"}, "host 'bad host' holds ' '"},
+      {{"--remote", "redis://:pass?w0rd@" + at + "/x"}, "database 'x' is not a number"},
+  };
+  for (auto const& c : cases) {
+    auto args = base;
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    auto const r = dir.run(args);
+    EXPECT_EQ(r.rc, 2) << r.text();
+    EXPECT_TRUE(r.out.empty()) << r.text();
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << c.says << "\n" << r.text();
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.text();
+    for (char const* secret : {"ss-w0rd", "w0rd"}) {
+      EXPECT_EQ(r.err.find(secret), std::string::npos) << r.text();
+    }
+  }
 }
 
 TEST(CliRemote, AWrongPasswordIsAClearErrorThatNeverShowsTheSecret) {

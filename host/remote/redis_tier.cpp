@@ -911,6 +911,11 @@ redis_tier::redis_tier(redis_options options) : impl_(std::make_unique<impl>()) 
   if (m.opt.timeout.count() <= 0 || m.opt.connect_timeout.count() <= 0) {
     throw error(error_code::invalid_argument, "redis_tier: timeouts must be positive");
   }
+  if (m.opt.ttl.count() < 0 || m.opt.ttl > redis_max_ttl) {
+    throw error(error_code::invalid_argument,
+                "redis_tier: ttl " + std::to_string(m.opt.ttl.count()) + " s is outside [0, " +
+                    std::to_string(redis_max_ttl.count()) + "] (Redis keeps expiry times in milliseconds)");
+  }
   m.init_set(m.fg);
   m.init_set(m.bg);
   {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ int cmd_workload(sim::workload_options const& w, run_options opt);
 struct remote_cli_options {
   std::string url;                  ///< redis:// or unix:// URL (empty: no remote tier)
   std::string prefix = "ccht:";     ///< key prefix (namespace)
-  std::size_t ttl_s = 0;            ///< value expiry in seconds (0: none)
+  std::size_t ttl_s = 0;            ///< value expiry in seconds (0: none; at most redis_max_ttl)
   std::size_t timeout_ms = 500;     ///< longest a call waits on the servers
   std::size_t pipeline = 128;       ///< commands per round trip (1: one round trip per page)
   std::string write = "back";       ///< back (host-tier victims) or through (also every publish)
@@ -54,6 +55,11 @@ struct remote_cli_options {
 /// A remote tier for @p o (null when no URL). Throws std::invalid_argument when this build has
 /// no hiredis, ccht::error for a bad URL or a refused AUTH.
 std::unique_ptr<remote_store> make_remote(remote_cli_options const& o);
+
+/// Exit code of a run given --remote: 1, with one line on stderr, when the remote tier had errors
+/// and never reached a server, or stored none of the @p writes the run asked of it; 0 otherwise
+/// (a warning line on stderr when some calls failed). 0 for null.
+int remote_verdict(remote_store const* remote, std::uint64_t writes);
 
 /// The remote fields of a JSON row: tier counters and the store's own.
 void add_remote_json(nlohmann::json& j, remote_stats const& s);

@@ -167,7 +167,9 @@ int cmd_kv_replay(kv_replay_options opt) {
     std::printf("%s", t.str().c_str());
   }
 
-  int rc = 0;
+  std::uint64_t writes = 0;
+  for (auto const& r : rows) { writes += r.remote_writes; }
+  int rc = remote_verdict(remote.get(), writes);
   for (auto const& r : rows) {
     if (r.check_failures != 0) {
       std::fprintf(stderr, "ccht: error: %s at %zu pages: %llu hit pages held the wrong bytes\n",

@@ -34,11 +34,12 @@ int cmd_weights(sim::weights_options o, bool json, remote_cli_options const& rem
     }
   }
   for (std::size_t i = 1; i < lines.size(); ++i) { std::printf("%s\n", lines[i].c_str()); }
+  int const rc = remote_verdict(remote.get(), r.remote_writes);
   if (r.verify_failures != 0) {
     std::fprintf(stderr, "ccht weights: %zu tensors differed from their files\n", r.verify_failures);
     return 1;
   }
-  return 0;
+  return rc;
 }
 
 }  // namespace ccht::cli

@@ -24,8 +24,9 @@
  * it runs out, or a server fails, the unanswered elements are misses, the connection is dropped
  * and the server is retried after an exponential backoff (backoff_min doubling to backoff_max);
  * while it backs off its keys are not sent (counted in `skipped`). Nothing throws after the
- * constructor, which throws only for a malformed URL or a refused AUTH / SELECT (a server that
- * is down at start is not an error: it is retried like any other failure).
+ * constructor, which throws only for a malformed URL, options out of range (a ttl above
+ * redis_max_ttl, a timeout of 0) or a refused AUTH / SELECT / PING (a server that is down at start
+ * is not an error: it is retried like any other failure).
  *
  * **Hostile servers.** A reply may claim no more than its request can return: an array longer
  * than the keys asked for, a bulk string longer than the largest value asked for, or an
@@ -80,11 +81,15 @@ std::string redact_redis_url(std::string const& url);
 /// Redis Cluster hash slot of @p key (CRC16-XMODEM mod 16384, honouring `{hash tags}`).
 std::uint16_t redis_hash_slot(std::string const& key) noexcept;
 
+/// Longest redis_options::ttl: 10^15 s. Redis takes an expiry in milliseconds from now and refuses
+/// one past 2^63 - 1 ms since 1970 ("invalid expire time"); 10^15 s is 10^18 ms, well inside.
+inline constexpr std::chrono::seconds redis_max_ttl{1'000'000'000'000'000};
+
 /// Options of a redis_tier.
 struct redis_options {
   std::string url = "redis://127.0.0.1:6379";  ///< see the file comment
   std::string prefix = "ccht:";                ///< namespace of the stored keys
-  std::chrono::seconds ttl{0};                 ///< expiry of every value written (0: none)
+  std::chrono::seconds ttl{0};                 ///< expiry of every value written (0: none; at most redis_max_ttl)
   std::chrono::milliseconds timeout{500};      ///< longest a call may wait on the servers
   std::chrono::milliseconds connect_timeout{200};  ///< longest one connection attempt waits
   std::chrono::milliseconds backoff_min{50};   ///< first wait before a failed server is retried
