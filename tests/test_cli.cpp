@@ -4,6 +4,7 @@
 #include "sim_test_support.hpp"
 
 #include <sim/exact_policies.hpp>
+#include <sim/model_runtime.hpp>
 #include <sim/replay.hpp>
 #include <sim/workloads.hpp>
 
@@ -15,6 +16,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ccht/cache/safetensors.hpp>
@@ -331,6 +333,73 @@ TEST(Cli, BadArgumentsExitWithTwo) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
                                                      << "'\n" << describe(r);
   }
+}
+
+// Issue 31, case 16: each of these used to run (exit 0, no rows), or print a 300-digit range.
+// Every bad argument is one short line on stderr naming the option and the value, exit 2.
+TEST(Cli, MisusedArgumentsAreOneLineErrors) {
+  temp_dir dir;
+  std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
+  struct bad_case {
+    std::vector<std::string> args;
+    char const* says;  // expected on stderr
+  };
+  std::vector<bad_case> const cases{
+      {{"replay", "--trace", trace, "--batch", "0"}, "--batch: expected a positive integer, got '0'"},
+      {{"workload", "--requests", "10", "--batch", "0"}, "--batch: expected a positive integer, got '0'"},
+      {{"compare", "--batch", "0", "--keys", "100", "--requests", "200", "--no-plot"},
+       "--batch: expected a positive integer, got '0'"},
+      {{"paper", "--batch", "0", "--keys", "100", "--requests", "200", "--capacity", "16", "--no-sweep",
+        "--no-plot"},
+       "--batch: expected a positive integer, got '0'"},
+      {{"replay", "--trace", trace, "--batch", "-3"}, "--batch: expected a positive integer, got '-3'"},
+      {{"replay", "--trace", trace, "--csv-key-column", "0"},
+       "--csv-key-column: expected a positive integer, got '0'"},
+      {{"replay", "--trace", trace, "--policy", ""}, "--policy: expected one or more policy names"},
+      {{"replay", "--trace", trace, "--policy", ","}, "--policy: expected one or more policy names"},
+      {{"workload", "--requests", "10", "--policy", ""}, "--policy: expected one or more policy names"},
+      {{"compare", "--policy", "", "--keys", "100", "--requests", "200", "--no-plot"},
+       "--policy: expected one or more policy names"},
+      {{"kv-replay", "--trace", trace, "--pages", "8", "--policy", ""},
+       "--policy: expected one or more policy names"},
+  };
+  for (auto const& c : cases) {
+    auto const r = run_cli(dir, c.args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should say '" << c.says << "'\n"
+                                                     << describe(r);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << describe(r);
+    EXPECT_LT(r.err.size(), 200u) << describe(r);
+  }
+}
+
+// Sizes take T and TiB (a budget of a terabyte is a size, whether or not the machine has it);
+// anything else names the suffixes accepted.
+TEST(Cli, SizesTakeTerabytes) {
+  EXPECT_EQ(ccht::sim::parse_bytes("1TiB", "--budget"), std::size_t{1} << 40);
+  EXPECT_EQ(ccht::sim::parse_bytes("2T", "--budget"), std::size_t{2'000'000'000'000});
+  EXPECT_EQ(ccht::sim::parse_bytes("3GiB", "--budget"), std::size_t{3} << 30);
+  EXPECT_EQ(ccht::sim::parse_bytes("7B", "--budget"), 7u);
+  for (char const* bad : {"1TB", "1tib", "1 TiB", "0TiB", "TiB", "16777216TiB", "1PiB", "-1T"}) {
+    try {
+      ccht::sim::parse_bytes(bad, "--budget");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (std::invalid_argument const& e) {
+      std::string const what = e.what();
+      EXPECT_NE(what.find("--budget: expected a positive size"), std::string::npos) << what;
+      EXPECT_NE(what.find("KiB, MiB, GiB, TiB"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string("got '") + bad + "'"), std::string::npos) << what;
+    }
+  }
+  temp_dir dir;
+  std::string const ok = (dir.path() / "ok.safetensors").string();
+  std::vector<std::byte> b(16);
+  std::vector<ccht::st_tensor_data> ts = {{"x", ccht::st_dtype::U8, {16}, b}};
+  ccht::write_safetensors(ok, ts);
+  auto const r = run_cli(dir, {"weights", "--file", ok, "--budget", "1TB"});
+  EXPECT_EQ(r.rc, 2) << describe(r);
+  EXPECT_NE(r.err.find("T = powers of 1000"), std::string::npos) << describe(r);
 }
 
 TEST(Cli, CudaBackendInCpuOnlyBuild) {

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -22,6 +24,19 @@ constexpr char const* own_slack_help =
     "as old)";
 
 using namespace ccht;
+
+/// A whole positive integer that fits in 64 bits. CLI::PositiveNumber says "not in range 1 to"
+/// a 309-digit double instead.
+CLI::Validator const positive_integer(
+    [](std::string& text) -> std::string {
+      std::uint64_t v = 0;
+      auto const [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || p != text.data() + text.size() || text.empty() || v == 0) {
+        return "expected a positive integer, got '" + text + "'";
+      }
+      return {};
+    },
+    "INT>0");
 
 void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_csv,
                      std::string default_policies) {
@@ -52,7 +67,7 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
   app->add_flag("!--no-bulk-select", o.replay.bulk_select, no_bulk_select_help);
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer);
   app->add_option("--backend", o.replay.backend, "Table backend: cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -70,10 +85,20 @@ std::vector<std::string> split(std::string const& s) {
   return out;
 }
 
+/// The names of a --policy list; an empty list (`--policy ""`, `--policy ,`) is a bad argument.
+std::vector<std::string> policy_list(std::string const& csv) {
+  auto names = split(csv);
+  if (names.empty()) {
+    throw std::invalid_argument("--policy: expected one or more policy names, comma-separated, got '" +
+                                csv + "'");
+  }
+  return names;
+}
+
 void add_csv_options(CLI::App* app, sim::csv_options& csv) {
   app->add_option("--csv-key-column", csv.key_column, "csv: 1-based column of the object id")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer);
   app->add_option("--csv-delimiter", csv.delimiter, "csv: field separator")->capture_default_str();
   app->add_flag("--csv-header", csv.has_header, "csv: the first line is a header");
   app->add_flag("--csv-hash-strings", csv.hash_strings, "csv: hash non-numeric ids");
@@ -223,8 +248,8 @@ int main(int argc, char** argv) {
   wt->add_option("--file", wo.files, "A safetensors file (repeat for several models)")
       ->required()
       ->check(CLI::ExistingFile);
-  wt->add_option("--budget", wt_budget, "Cache bytes (suffixes K, M, G, KiB, MiB, GiB), a multiple "
-                                        "of --page-bytes")->required();
+  wt->add_option("--budget", wt_budget, "Cache bytes (suffixes K, M, G, T, KiB, MiB, GiB, TiB), a "
+                                        "multiple of --page-bytes")->required();
   wt->add_option("--page-bytes", wt_page, "Bytes per page (a multiple of 4 KiB; of 2 MiB for huge "
                                           "pages)")->capture_default_str();
   wt->add_option("--invocations", wo.invocations, "Loads")->capture_default_str();
@@ -258,7 +283,9 @@ int main(int argc, char** argv) {
   compare->add_option("--capacity", c.capacities, "Capacities")->delimiter(',');
   compare->add_option("--keys", c.keys, "Default workloads: key space")->capture_default_str();
   compare->add_option("--requests", c.requests, "Default workloads: requests")->capture_default_str();
-  compare->add_option("--batch", c.replay.batch, "Requests per table call")->capture_default_str();
+  compare->add_option("--batch", c.replay.batch, "Requests per table call")
+      ->capture_default_str()
+      ->check(positive_integer);
   compare->add_option("--backend", c.replay.backend, "cpu or cuda")->capture_default_str();
   compare->add_option("--global-samples", c.replay.global_samples,
                       "Buckets ranked per global eviction; 0: the search's default")
@@ -283,7 +310,9 @@ int main(int argc, char** argv) {
   paper->add_option("--keys", po.keys, "YCSB key space")->capture_default_str();
   paper->add_option("--requests", po.requests, "Requests per workload")->capture_default_str();
   paper->add_option("--ratio", po.ratios, "Cache/table ratios")->delimiter(',')->capture_default_str();
-  paper->add_option("--batch", po.replay.batch, "Requests per table call")->capture_default_str();
+  paper->add_option("--batch", po.replay.batch, "Requests per table call")
+      ->capture_default_str()
+      ->check(positive_integer);
   paper->add_option("--backend", po.replay.backend, "cpu or cuda")->capture_default_str();
   paper->add_option("--global-samples", po.replay.global_samples,
                     "Buckets ranked per global eviction; 0: 64 with the tail index, 256 with two-level, "
@@ -328,13 +357,13 @@ int main(int argc, char** argv) {
 
   try {
     if (*replay) {
-      replay_opt.policies = split(replay_policies);
+      replay_opt.policies = policy_list(replay_policies);
       return cli::cmd_replay(trace_path, sim::parse_trace_format(format_name), replay_csv,
                              replay_opt);
     }
     if (*workload) {
       w.dist = sim::parse_distribution(dist_name);
-      work_opt.policies = split(work_policies);
+      work_opt.policies = policy_list(work_policies);
       return cli::cmd_workload(w, work_opt);
     }
     if (*bench) {
@@ -350,7 +379,7 @@ int main(int argc, char** argv) {
       return b.policies.empty() ? cli::cmd_bench(b) : cli::cmd_bench_policies(b);
     }
     if (*kv) {
-      kvo.policies = split(kv_policies);
+      kvo.policies = policy_list(kv_policies);
       return cli::cmd_kv_replay(kvo);
     }
     if (*wt) {
@@ -365,7 +394,8 @@ int main(int argc, char** argv) {
     if (*paper) { return cli::cmd_paper(po); }
     if (*compare) {
       c.format = sim::parse_trace_format(compare_format);
-      c.policies = split(compare_policies);
+      // Without --policy, compare runs every policy; given, it must name some.
+      c.policies = compare->count("--policy") ? policy_list(compare_policies) : split(compare_policies);
       return cli::cmd_compare(c);
     }
   } catch (std::invalid_argument const& e) {

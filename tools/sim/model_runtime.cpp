@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <stdexcept>
+#include <string_view>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -215,22 +216,30 @@ std::vector<std::string> weights_json_lines(weights_options const& o, weights_re
 }
 
 std::size_t parse_bytes(std::string const& text, char const* flag) {
+  struct unit {
+    std::string_view suffix;
+    std::size_t mul;
+  };
+  // Case matters: "m" could be milli, "Mb" megabits; only these spellings are accepted.
+  constexpr std::size_t k = 1000;
+  static constexpr unit units[] = {
+      {"", 1},           {"B", 1},          {"K", k},          {"M", k * k},
+      {"G", k * k * k},  {"T", k * k * k * k},                 {"KiB", std::size_t{1} << 10},
+      {"MiB", std::size_t{1} << 20},        {"GiB", std::size_t{1} << 30},
+      {"TiB", std::size_t{1} << 40}};
   std::size_t v = 0;
   char const* b = text.data();
   char const* e = text.data() + text.size();
   auto const [ptr, ec] = std::from_chars(b, e, v);
-  std::string const suffix(ptr, e);
+  std::string_view const suffix(ptr, static_cast<std::size_t>(e - ptr));
   std::size_t mul = 0;
-  if (suffix.empty() || suffix == "B") { mul = 1; }
-  else if (suffix == "K") { mul = 1000; }
-  else if (suffix == "M") { mul = 1000 * 1000; }
-  else if (suffix == "G") { mul = 1000 * 1000 * 1000; }
-  else if (suffix == "KiB") { mul = std::size_t{1} << 10; }
-  else if (suffix == "MiB") { mul = std::size_t{1} << 20; }
-  else if (suffix == "GiB") { mul = std::size_t{1} << 30; }
+  for (auto const& u : units) {
+    if (suffix == u.suffix) { mul = u.mul; }
+  }
   if (ec != std::errc() || ptr == b || mul == 0 || v == 0 || v > SIZE_MAX / mul) {
     throw std::invalid_argument(std::string(flag) + ": expected a positive size such as 268435456, "
-                                "256MiB or 2M, got '" + text + "'");
+                                "256MiB or 2M (suffixes B, K, M, G, T = powers of 1000; KiB, MiB, "
+                                "GiB, TiB = powers of 1024), got '" + text + "'");
   }
   return v * mul;
 }

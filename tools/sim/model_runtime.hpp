@@ -71,8 +71,9 @@ weights_result run_weights(weights_options const& o);
 /// object, then one object per digest row. One function, so both print the same lines.
 std::vector<std::string> weights_json_lines(weights_options const& o, weights_result const& r);
 
-/// Bytes of a size argument: digits with an optional K, M, G (powers of 1000) or KiB, MiB, GiB
-/// suffix. Throws std::invalid_argument naming @p flag otherwise.
+/// Bytes of a size argument: digits with an optional B, K, M, G, T (powers of 1000) or KiB, MiB,
+/// GiB, TiB (powers of 1024) suffix, case as written. Throws std::invalid_argument naming @p flag
+/// and the suffixes otherwise.
 std::size_t parse_bytes(std::string const& text, char const* flag);
 
 }  // namespace ccht::sim
