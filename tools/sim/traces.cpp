@@ -79,11 +79,11 @@ std::uint64_t parse_key(std::string_view field, std::string const& name, std::st
   return v;
 }
 
-void check_total(std::size_t n, std::string const& name, std::string const& where) {
-  if (n > max_trace_requests) {
-    throw trace_error(name, where,
-                      "trace expands to more than " + std::to_string(max_trace_requests) +
-                          " requests");
+/// Throws unless @p have (at most @p max) and @p more requests stay within @p max (no overflow).
+void check_total(std::size_t have, std::size_t more, std::size_t max, std::string const& name,
+                 std::string const& where) {
+  if (have > max || more > max - have) {
+    throw trace_error(name, where, "trace expands to more than " + std::to_string(max) + " requests");
   }
 }
 
@@ -100,7 +100,8 @@ std::vector<std::uint64_t> parse_lines_of_keys(std::string_view data, std::strin
 
 /// Calls f(line_number, hash_ids) for each request of a Mooncake JSONL trace.
 template <class F>
-void for_each_mooncake_request(std::string_view data, std::string const& name, F&& f) {
+void for_each_mooncake_request(std::string_view data, std::string const& name, std::size_t max,
+                               F&& f) {
   std::size_t total = 0;
   std::vector<std::uint64_t> ids;
   for_each_line(data, name, [&](std::size_t n, std::string_view line) {
@@ -125,15 +126,16 @@ void for_each_mooncake_request(std::string_view data, std::string const& name, F
       }
       ids.push_back(k);
     }
+    check_total(total, ids.size(), max, name, line_at(n));
     total += ids.size();
-    check_total(total, name, line_at(n));
     f(n, ids);
   });
 }
 
-std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string const& name) {
+std::vector<std::uint64_t> parse_mooncake(std::string_view data, std::string const& name,
+                                          std::size_t max) {
   std::vector<std::uint64_t> keys;
-  for_each_mooncake_request(data, name, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
+  for_each_mooncake_request(data, name, max, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
     keys.insert(keys.end(), ids.begin(), ids.end());
   });
   return keys;
@@ -193,7 +195,8 @@ std::vector<std::uint64_t> parse_csv(std::string_view data, std::string const& n
   return keys;
 }
 
-std::vector<std::uint64_t> parse_oracle_general(std::string_view data, std::string const& name) {
+std::vector<std::uint64_t> parse_oracle_general(std::string_view data, std::string const& name,
+                                                std::size_t max) {
   constexpr std::size_t record = 24;
   static_assert(std::endian::native == std::endian::little, "oracleGeneral is little-endian");
   if (data.size() % record != 0) {
@@ -202,7 +205,7 @@ std::vector<std::uint64_t> parse_oracle_general(std::string_view data, std::stri
                           " bytes, not a multiple of the 24-byte record");
   }
   std::size_t const n = data.size() / record;
-  check_total(n, name, "record " + std::to_string(n));
+  check_total(0, n, max, name, "record " + std::to_string(n));
   std::vector<std::uint64_t> keys(n);
   for (std::size_t i = 0; i < n; ++i) {
     std::uint64_t id;
@@ -216,7 +219,8 @@ std::vector<std::uint64_t> parse_oracle_general(std::string_view data, std::stri
   return keys;
 }
 
-std::vector<std::uint64_t> parse_arc(std::string_view data, std::string const& name) {
+std::vector<std::uint64_t> parse_arc(std::string_view data, std::string const& name,
+                                     std::size_t max) {
   std::vector<std::uint64_t> keys;
   for_each_line(data, name, [&](std::size_t n, std::string_view line) {
     std::uint64_t f[4];
@@ -238,17 +242,17 @@ std::vector<std::uint64_t> parse_arc(std::string_view data, std::string const& n
     }
     std::uint64_t const start = f[0], len = f[1];
     if (len == 0) { throw trace_error(name, line_at(n), "expected a count of at least 1, got 0"); }
-    if (len > max_trace_requests || start + len < start || is_reserved_key(start + len - 1)) {
+    if (len > max || start + len < start || is_reserved_key(start + len - 1)) {
       throw trace_error(name, line_at(n), "block " + std::to_string(start) + " + " +
                                               std::to_string(len) + " runs past the key space");
     }
-    check_total(keys.size() + len, name, line_at(n));
+    check_total(keys.size(), len, max, name, line_at(n));
     for (std::uint64_t k = start; k < start + len; ++k) { keys.push_back(k); }
   });
   return keys;
 }
 
-bool ends_with(std::string const& s, std::string_view suffix) {
+bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
@@ -278,6 +282,16 @@ trace_format parse_trace_format(std::string_view name) {
 }
 
 trace_format detect_trace_format(std::string const& path, std::string& reason) {
+  ccht::detail::require_regular_file(path);  // a FIFO would block the open below for ever
+  std::ifstream in(path, std::ios::binary);
+  if (!in) { throw std::runtime_error(path + ": cannot open"); }
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return detect_trace_format(std::string_view(path), head, reason);
+}
+
+trace_format detect_trace_format(std::string_view path, std::string_view head, std::string& reason) {
   struct ext_rule {
     char const* ext;
     trace_format f;
@@ -294,12 +308,7 @@ trace_format detect_trace_format(std::string const& path, std::string& reason) {
       return r.f;
     }
   }
-  ccht::detail::require_regular_file(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) { throw std::runtime_error(path + ": cannot open"); }
-  std::string head(4096, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
+  head = head.substr(0, 4096);
   bool const binary = std::any_of(head.begin(), head.end(), [](char c) {
     auto const u = static_cast<unsigned char>(c);
     return u == 0 || (u < 32 && u != '\n' && u != '\r' && u != '\t');
@@ -329,14 +338,15 @@ trace_format detect_trace_format(std::string const& path, std::string& reason) {
 }
 
 std::vector<std::uint64_t> parse_trace(std::string_view data, trace_format format,
-                                       std::string const& name, csv_options const& csv) {
+                                       std::string const& name, csv_options const& csv,
+                                       std::size_t max_requests) {
   switch (format) {
     case trace_format::lirs: return parse_lines_of_keys(data, name, true);
     case trace_format::plain: return parse_lines_of_keys(data, name, false);
-    case trace_format::mooncake: return parse_mooncake(data, name);
+    case trace_format::mooncake: return parse_mooncake(data, name, max_requests);
     case trace_format::csv: return parse_csv(data, name, csv);
-    case trace_format::oracle_general: return parse_oracle_general(data, name);
-    case trace_format::arc: return parse_arc(data, name);
+    case trace_format::oracle_general: return parse_oracle_general(data, name, max_requests);
+    case trace_format::arc: return parse_arc(data, name, max_requests);
     case trace_format::auto_detect: break;
   }
   throw std::invalid_argument("parse_trace needs a concrete format");
@@ -353,9 +363,10 @@ trace read_trace(std::string const& path, trace_format format, csv_options const
 }
 
 std::vector<std::vector<std::uint64_t>> parse_mooncake_requests(std::string_view data,
-                                                                std::string const& name) {
+                                                                std::string const& name,
+                                                                std::size_t max_requests) {
   std::vector<std::vector<std::uint64_t>> reqs;
-  for_each_mooncake_request(data, name, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
+  for_each_mooncake_request(data, name, max_requests, [&](std::size_t, std::vector<std::uint64_t> const& ids) {
     reqs.push_back(ids);
   });
   return reqs;

@@ -64,9 +64,22 @@ struct trace {
  */
 trace_format detect_trace_format(std::string const& path, std::string& reason);
 
-/// Parses trace text (or bytes) already in memory; @p name is used in error messages.
+/**
+ * @brief The same guess from a name (its extension) and the file's first bytes @p head (the
+ *        first 4 KiB are looked at), for a trace that is not a file.
+ */
+trace_format detect_trace_format(std::string_view name, std::string_view head, std::string& reason);
+
+/// Upper bound on requests one trace may expand to (2^28 keys = 2 GiB): an ARC line's count could
+/// otherwise ask for any amount of memory before anything fails.
+inline constexpr std::size_t max_trace_requests = std::size_t{1} << 28;
+
+/// Parses trace text (or bytes) already in memory; @p name is used in error messages. A trace
+/// that expands to more than @p max_requests requests (Mooncake ids, ARC blocks, oracleGeneral
+/// records) is a trace_error.
 std::vector<std::uint64_t> parse_trace(std::string_view data, trace_format format,
-                                       std::string const& name, csv_options const& csv = {});
+                                       std::string const& name, csv_options const& csv = {},
+                                       std::size_t max_requests = max_trace_requests);
 
 /// Reads a whole trace file. Throws trace_error (malformed) or std::runtime_error (I/O).
 trace read_trace(std::string const& path, trace_format format = trace_format::auto_detect,
@@ -75,15 +88,11 @@ trace read_trace(std::string const& path, trace_format format = trace_format::au
 /// Parses a Mooncake JSONL trace keeping request boundaries: one vector of `hash_ids` per line
 /// (in file order, duplicates kept). Throws trace_error naming @p name and the line, like
 /// parse_trace(data, trace_format::mooncake, name).
-std::vector<std::vector<std::uint64_t>> parse_mooncake_requests(std::string_view data,
-                                                                std::string const& name);
+std::vector<std::vector<std::uint64_t>> parse_mooncake_requests(
+    std::string_view data, std::string const& name, std::size_t max_requests = max_trace_requests);
 
 /// Reads a whole Mooncake JSONL file as requests (see parse_mooncake_requests). Throws
 /// trace_error (malformed) or std::runtime_error (I/O).
 std::vector<std::vector<std::uint64_t>> read_mooncake_requests(std::string const& path);
-
-/// Upper bound on requests one trace may expand to (2^28 keys = 2 GiB): an ARC line's count could
-/// otherwise ask for any amount of memory before anything fails.
-inline constexpr std::size_t max_trace_requests = std::size_t{1} << 28;
 
 }  // namespace ccht::sim
