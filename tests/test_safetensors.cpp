@@ -154,6 +154,31 @@ TEST(Safetensors, TruncationsAndRandomBytesNeverCrash) {
   }
 }
 
+// A shape element nested 200k lists deep made the error message's json::dump() recurse until
+// the stack overflowed (a crash, not an error; found while writing fuzz/safetensors.cpp). A
+// header nests 3 levels at most, so deeper ones are refused before the DOM is even built.
+TEST(Safetensors, DeepNestingIsAnErrorNotAStackOverflow) {
+  std::size_t const depth = 200'000;
+  std::string const deep = R"({"a":{"dtype":"U8","shape":[)" + std::string(depth, '[') +
+                           std::string(depth, ']') + R"(],"data_offsets":[0,1]}})";
+  std::string msg = error_of(with_header(deep, 1));
+  EXPECT_NE(msg.find("the header nests lists and objects 200003 deep; a safetensors header has at "
+                     "most 3 levels"),
+            std::string::npos)
+      << msg.substr(0, 300);
+  msg = error_of(with_header(R"({"a":{"dtype":"U8","shape":[[1]],"data_offsets":[0,1]}})", 1));
+  EXPECT_NE(msg.find("nests lists and objects 4 deep"), std::string::npos) << msg;
+  // Brackets inside names and strings are text, not nesting.
+  std::string const names = R"({"[[[{{":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                            R"("__metadata__":{"k":"]]\"[[[["}})";
+  EXPECT_EQ(error_of(with_header(names, 1)), "");
+  // A long scalar is cut in the message.
+  msg = error_of(with_header(R"({"a":{"dtype":"U8","shape":[")" + std::string(100000, 'x') +
+                             R"("],"data_offsets":[0,1]}})", 1));
+  EXPECT_NE(msg.find("'shape' holds \"xxx"), std::string::npos) << msg.substr(0, 300);
+  EXPECT_LT(msg.size(), 300u);
+}
+
 /// A header of @p n one-byte U8 tensors named t0000000, t0000001, ... in file order.
 std::string many_tensors(std::size_t n) {
   std::string json = "{";

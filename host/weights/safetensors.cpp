@@ -44,6 +44,50 @@ constexpr std::array<dtype_row, 15> dtypes{{
   fail(file, "tensor '" + name + "': " + what);
 }
 
+/// A JSON value for an error message: scalars as written (40 characters at most), containers by
+/// kind (dump() recurses, and a message need not hold a whole list).
+std::string shown(nlohmann::json const& j) {
+  if (j.is_array()) { return "a list"; }
+  if (j.is_object()) { return "an object"; }
+  std::string s = j.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+/// What a scan of the header's text sees before it is parsed.
+struct text_scan {
+  std::size_t deepest = 0;   ///< deepest nesting of lists and objects
+  std::size_t top_keys = 0;  ///< keys of the outermost object (its ':' outside strings)
+};
+
+/// Scans JSON @p text, brackets and colons inside strings not counted. A safetensors header
+/// needs 3 levels (header, entry, shape); deeper ones cost the DOM memory per level (and made
+/// error messages recurse) and are refused before it is built. The key count tells whether the
+/// parsed object, which keeps one entry per name, lost a repeated one.
+text_scan scan(std::string_view text) {
+  text_scan r;
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) { escaped = false; }
+      else if (c == '\\') { escaped = true; }
+      else if (c == '"') { in_string = false; }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      r.deepest = std::max(r.deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    } else if (c == ':' && depth == 1) {
+      ++r.top_keys;
+    }
+  }
+  return r;
+}
+
+/// Nesting levels of a valid header: the header object, a tensor's object, its shape list.
+constexpr std::size_t max_nesting = 3;
+
 bool as_u64(nlohmann::json const& j, std::uint64_t& out) {
   if (j.is_number_unsigned()) {
     out = j.get<std::uint64_t>();
@@ -83,7 +127,7 @@ st_tensor parse_entry(std::string_view file, std::string const& name, nlohmann::
   bool overflow = false;
   for (auto const& d : *sh) {
     std::uint64_t x = 0;
-    if (!as_u64(d, x)) { fail_tensor(file, name, "'shape' holds " + d.dump() + ", not a non-negative integer"); }
+    if (!as_u64(d, x)) { fail_tensor(file, name, "'shape' holds " + shown(d) + ", not a non-negative integer"); }
     t.shape.push_back(x);
     if (x != 0 && elems > std::numeric_limits<std::uint64_t>::max() / x) { overflow = true; }
     elems *= x;
@@ -143,13 +187,12 @@ class top_level_keys final : public nlohmann::json_sax<nlohmann::json> {
   int depth_ = 0;
 };
 
-/// A name the header's top-level object holds twice, if any. The parsed object keeps one entry
-/// per name, so only a second pass over the text sees repeats; it costs O(n log n) in the names
-/// (nlohmann's parser callback, used before, rescanned the object per entry: quadratic).
-std::optional<std::string> repeated_name(std::string_view text, std::size_t distinct) {
+/// The name the header's top-level object holds twice, when the text has more keys than the
+/// parsed object. A second pass over the text names it in O(n log n) (nlohmann's parser callback,
+/// used before for every header, rescanned the object per entry: quadratic).
+std::optional<std::string> repeated_name(std::string_view text) {
   top_level_keys sax;
   nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
-  if (sax.keys.size() == distinct) { return std::nullopt; }
   std::sort(sax.keys.begin(), sax.keys.end());
   auto const it = std::adjacent_find(sax.keys.begin(), sax.keys.end());
   if (it == sax.keys.end()) { return std::nullopt; }
@@ -214,6 +257,11 @@ st_header parse_safetensors(std::string_view file, std::span<std::byte const> he
   h.data_bytes = file_size - h.data_offset;
 
   auto const* first = reinterpret_cast<char const*>(head.data() + 8);
+  auto const text = scan(std::string_view(first, n));
+  if (text.deepest > max_nesting) {
+    fail(file, "the header nests lists and objects " + std::to_string(text.deepest) + " deep; a "
+               "safetensors header has at most " + std::to_string(max_nesting) + " levels");
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(first, first + n);
@@ -221,8 +269,10 @@ st_header parse_safetensors(std::string_view file, std::span<std::byte const> he
     fail(file, std::string("the header is not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) { fail(file, "the header is not a JSON object"); }
-  if (auto const repeated = repeated_name(std::string_view(first, n), j.size())) {
-    fail_tensor(file, *repeated, "the name appears twice in the header");
+  if (text.top_keys != j.size()) {
+    if (auto const repeated = repeated_name(std::string_view(first, n))) {
+      fail_tensor(file, *repeated, "the name appears twice in the header");
+    }
   }
   for (auto const& [name, v] : j.items()) {
     if (name == "__metadata__") {
