@@ -402,6 +402,23 @@ TEST(Cli, SizesTakeTerabytes) {
   EXPECT_NE(r.err.find("T = powers of 1000"), std::string::npos) << describe(r);
 }
 
+// A Mooncake id nested 200k lists deep made the error message's json::dump() overflow the stack
+// (found while writing fuzz/traces.cpp): now it is a malformed trace like any other, exit 1.
+TEST(Cli, DeeplyNestedMooncakeIdIsAnErrorNotACrash) {
+  temp_dir dir;
+  std::size_t const depth = 200'000;
+  std::string const trace = dir.write("deep.jsonl", R"({"hash_ids":[1,)" + std::string(depth, '[') +
+                                                        std::string(depth, ']') + "]}\n");
+  for (auto const& args : {std::vector<std::string>{"replay", "--trace", trace, "--format", "mooncake"},
+                           std::vector<std::string>{"kv-replay", "--trace", trace, "--pages", "8"}}) {
+    auto const r = run_cli(dir, args);
+    EXPECT_EQ(r.rc, 1) << describe(r).substr(0, 2000);
+    EXPECT_NE(r.err.find("line 1: expected non-negative integers in \"hash_ids\", got a list"),
+              std::string::npos)
+        << describe(r).substr(0, 2000);
+  }
+}
+
 TEST(Cli, CudaBackendInCpuOnlyBuild) {
 #if CCHT_WITH_CUDA
   GTEST_SKIP() << "this build has the CUDA backend";

@@ -21,6 +21,15 @@ namespace {
 
 std::string line_at(std::size_t n) { return "line " + std::to_string(n); }
 
+/// A JSON value for an error message: scalars as written (40 characters at most), containers by
+/// kind (dump() recurses: a deeply nested id would overflow the stack).
+std::string shown_json(nlohmann::json const& j) {
+  if (j.is_array()) { return "a list"; }
+  if (j.is_object()) { return "an object"; }
+  std::string s = j.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
 std::string shown(std::string_view s) {
   std::string out(s.substr(0, 40));
   for (char& c : out) {
@@ -118,7 +127,7 @@ void for_each_mooncake_request(std::string_view data, std::string const& name, s
     for (auto const& id : j["hash_ids"]) {
       if (!id.is_number_unsigned()) {
         throw trace_error(name, line_at(n),
-                          "expected non-negative integers in \"hash_ids\", got " + id.dump());
+                          "expected non-negative integers in \"hash_ids\", got " + shown_json(id));
       }
       auto const k = id.get<std::uint64_t>();
       if (is_reserved_key(k)) {
