@@ -202,6 +202,15 @@ TEST(RedisUrl, UnescapedAtSignsAndOddHostsAreRefusedWithoutThePassword) {
   EXPECT_EQ(u.db, 2);
   EXPECT_EQ(ccht::redact_redis_url("redis://:pa/ss?wd@h:7/2"), "redis://:***@h:7/2");
   EXPECT_EQ(ccht::redact_redis_url("u:pw@h:1"), "u:***@h:1");  // no scheme: still hidden
+  // Found by fuzz_cli_args: a refused URL was masked only up to its first '@', and its "no
+  // scheme" error shows the masked form.
+  EXPECT_EQ(ccht::redact_redis_url("redis://@pass?word@h/x"), "redis://***@h/x");
+  try {
+    ccht::parse_redis_url("u:p@ss-wd@host");
+    ADD_FAILURE() << "a URL without a scheme was accepted";
+  } catch (ccht::error const& e) {
+    EXPECT_EQ(std::string(e.what()).find("ss-wd"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(ccht::parse_redis_url("unix:///tmp/a@b").endpoints[0].socket, "/tmp/a@b");
   EXPECT_EQ(ccht::parse_redis_url("unix://u:pw@/tmp/a@b").endpoints[0].socket, "/tmp/a@b");
   EXPECT_EQ(ccht::parse_redis_url("redis://my_host-1.example:1").endpoints[0].host, "my_host-1.example");

@@ -65,7 +65,7 @@ std::string percent_decode(std::string_view s) {
 
 /// Where the userinfo of a URL's part after "://" ends (its '@'), npos when there is none. A '@'
 /// inside a user name or password must be written %40: @p strict refuses a second '@' with an
-/// error that shows none of them (redaction passes false and falls back to the last '@').
+/// error that shows none of them.
 std::size_t userinfo_at(std::string_view rest, bool unix_socket, bool strict = true) {
   if (unix_socket) {  // unix://[user:password@]/path: the path may hold '@'
     if (rest.empty() || rest.front() == '/') { return std::string_view::npos; }
@@ -251,9 +251,10 @@ std::string redact_redis_url(std::string const& url) {
   std::size_t const start = scheme == std::string::npos ? 0 : scheme + 3;
   bool const unix_socket = scheme != std::string::npos && url.compare(0, scheme, "unix") == 0;
   std::string_view const rest = std::string_view(url).substr(start);
-  // The parser's '@', or for a URL it refuses, the last one: more hidden, never less.
-  std::size_t at = userinfo_at(rest, unix_socket, false);
-  if (at == std::string_view::npos && !(unix_socket && rest.starts_with('/'))) { at = rest.rfind('@'); }
+  // The last '@' (the parser's, where it accepts the URL): a URL it refuses for a second '@' is
+  // hidden up to the last one, never less. A unix:// socket path may hold '@'.
+  std::size_t at = unix_socket ? userinfo_at(rest, true, false) : rest.rfind('@');
+  if (at == std::string_view::npos && unix_socket && !rest.starts_with('/')) { at = rest.rfind('@'); }
   if (at == std::string_view::npos) { return url; }
   at += start;
   auto const colon = url.find(':', start);
