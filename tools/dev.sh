@@ -8,8 +8,9 @@
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
 #                             CPU tests, the ThreadSanitizer build, the CUDA build (compiled for
 #                             sm_90; its GPU tests skip visibly without a GPU), the Python
-#                             package (pip install . into .venv, then pytest tests/python), and
-#                             the installed C++ package's example consumer
+#                             package (pip install . into .venv, then pytest tests/python), the
+#                             libFuzzer targets (tools/fuzz.sh, $CCHT_FUZZ_SECONDS each, default
+#                             60), and the installed C++ package's example consumer
 #   tools/dev.sh python       only the Python package: pip install . into .venv, then its tests
 #   tools/dev.sh setup        only install what is missing (Debian packages, and .venv from PyPI)
 set -euo pipefail
@@ -21,7 +22,7 @@ say() { printf '\n== %s\n' "$*"; }
 setup() {
   local pkgs=(cmake ninja-build g++ ccache libgtest-dev libgmock-dev libbenchmark-dev
               libcli11-dev libcuckoo-dev nlohmann-json3-dev python3-matplotlib
-              libhiredis-dev redis-server)
+              libhiredis-dev redis-server clang libclang-rt-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -136,6 +137,24 @@ python_tests() {
   return "$rc"
 }
 
+# The libFuzzer targets (tools/fuzz.sh): each one's committed corpus replayed, then fuzzed for
+# $CCHT_FUZZ_SECONDS (default 60); one pass or failure per target.
+fuzz_tests() {
+  local log rc p f
+  log=$(mktemp)
+  set +e
+  tools/fuzz.sh "${CCHT_FUZZ_SECONDS:-60}" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  p=$(sed -nE 's/^fuzz: ([0-9]+) passed, ([0-9]+) failed$/\1/p' "$log" | tail -1)
+  f=$(sed -nE 's/^fuzz: ([0-9]+) passed, ([0-9]+) failed$/\2/p' "$log" | tail -1)
+  rm -f "$log"
+  [ -n "$f" ] || f=$((rc != 0))  # no summary: the build failed
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + f))
+  return "$rc"
+}
+
 run_tests() {
   setup
   say "CPU backend: build and test (preset cpu)"
@@ -163,6 +182,9 @@ run_tests() {
 
   say "Python package: pip install . into .venv (scikit-build-core), then pytest tests/python"
   python_tests
+
+  say "libFuzzer targets of the parsers (preset fuzz): corpora replayed, ${CCHT_FUZZ_SECONDS:-60} s each"
+  fuzz_tests
 
   say "installed package: build and run examples/consumer against it"
   cmake --install build/cpu --prefix build/install-cpu >/dev/null
