@@ -274,7 +274,7 @@ TEST(Cli, ReplayJsonWithANonUtf8FileName) {
   // File names need not be UTF-8; the JSON row must still be written (bytes replaced).
   temp_dir dir;
   std::string const trace = dir.write("bad\xff\xfename.trace", "1\n2\n1\n");
-  auto const r = run_cli(dir, {"replay", "--trace", trace, "--policy", "lru", "--capacity", "2",
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--policy", "ccht-lru", "--capacity", "64",
                                "--json"});
   ASSERT_EQ(r.rc, 0) << describe(r);
   auto const rows = json_lines(r.out);
@@ -372,6 +372,22 @@ TEST(Cli, MisusedArgumentsAreOneLineErrors) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << describe(r);
     EXPECT_LT(r.err.size(), 200u) << describe(r);
   }
+}
+
+// Integers are decimal: CLI11 alone read --batch 010 as octal 8.
+TEST(Cli, IntegersAreDecimal) {
+  temp_dir dir;
+  std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
+  auto const r = run_cli(dir, {"replay", "--trace", trace, "--policy", "ccht-lru", "--capacity", "64",
+                               "--batch", "010", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 1u) << describe(r);
+  EXPECT_EQ(rows[0]["batch"].get<int>(), 10) << describe(r);
+  auto const hex = run_cli(dir, {"replay", "--trace", trace, "--batch", "0x10"});
+  EXPECT_EQ(hex.rc, 2) << describe(hex);
+  EXPECT_NE(hex.err.find("--batch: expected a positive integer, got '0x10'"), std::string::npos)
+      << describe(hex);
 }
 
 // Sizes take T and TiB (a budget of a terabyte is a size, whether or not the machine has it);

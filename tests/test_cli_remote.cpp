@@ -210,6 +210,11 @@ TEST(CliRemote, BadRemoteArgumentsExitWithTwo) {
       // seconds x 1000 overflowed: Redis refused every write, and the run said nothing
       {{"--remote", "redis://" + at, "--remote-ttl", "9223372036854776"},
        "--remote-ttl: expected seconds in [0, 1000000000000000] (0: no expiry), got 9223372036854776"},
+      // CLI11 alone took -1 for 2^64 - 1
+      {{"--remote", "redis://" + at, "--remote-ttl", "-1"},
+       "--remote-ttl: expected a non-negative integer, got '-1'"},
+      {{"--remote", "redis://" + at, "--remote-timeout-ms", "0"},
+       "--remote-timeout-ms: expected a positive integer, got '0'"},
       // an unescaped '@' in the password made "ss-w0rd@127.0.0.1" the host
       {{"--remote", "redis://:p@ss-w0rd@" + at},
        "--remote: ccht: invalid_argument: redis URL: '@' appears more than once: write a '@' in the "

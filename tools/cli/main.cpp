@@ -25,18 +25,26 @@ constexpr char const* own_slack_help =
 
 using namespace ccht;
 
-/// A whole positive integer that fits in 64 bits. CLI::PositiveNumber says "not in range 1 to"
-/// a 309-digit double instead.
-CLI::Validator const positive_integer(
-    [](std::string& text) -> std::string {
-      std::uint64_t v = 0;
-      auto const [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || p != text.data() + text.size() || text.empty() || v == 0) {
-        return "expected a positive integer, got '" + text + "'";
-      }
-      return {};
-    },
-    "INT>0");
+/// A whole decimal integer of at least @p min that fits in 64 bits, passed on without leading
+/// zeros (use it with transform(): check() hands validators a copy). CLI11 alone reads "010" as
+/// octal 8, "0x10" as hex and "-1" as 2^64 - 1, and its CLI::PositiveNumber says "not in range
+/// 1 to" a 309-digit double.
+CLI::Validator decimal_integer(std::uint64_t min, std::string const& what) {
+  return CLI::Validator(
+      [min, what](std::string& text) -> std::string {
+        std::uint64_t v = 0;
+        auto const [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || p != text.data() + text.size() || text.empty() || v < min) {
+          return "expected " + what + ", got '" + text + "'";
+        }
+        text = std::to_string(v);
+        return {};
+      },
+      min == 0 ? "INT>=0" : "INT>0");
+}
+
+CLI::Validator const positive_integer = decimal_integer(1, "a positive integer");
+CLI::Validator const non_negative_integer = decimal_integer(0, "a non-negative integer");
 
 void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_csv,
                      std::string default_policies) {
@@ -67,7 +75,7 @@ void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_c
   app->add_flag("!--no-bulk-select", o.replay.bulk_select, no_bulk_select_help);
   app->add_option("--batch", o.replay.batch, "Requests per table call (1 = exact order)")
       ->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   app->add_option("--backend", o.replay.backend, "Table backend: cpu or cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -98,7 +106,7 @@ std::vector<std::string> policy_list(std::string const& csv) {
 void add_csv_options(CLI::App* app, sim::csv_options& csv) {
   app->add_option("--csv-key-column", csv.key_column, "csv: 1-based column of the object id")
       ->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   app->add_option("--csv-delimiter", csv.delimiter, "csv: field separator")->capture_default_str();
   app->add_flag("--csv-header", csv.has_header, "csv: the first line is a header");
   app->add_flag("--csv-hash-strings", csv.hash_strings, "csv: hash non-numeric ids");
@@ -224,12 +232,15 @@ int main(int argc, char** argv) {
                   "may come from $CCHT_REDIS_PASSWORD instead and is never printed");
     c->add_option("--remote-prefix", r.prefix, "Key prefix in the remote tier")->capture_default_str();
     c->add_option("--remote-ttl", r.ttl_s, "Expiry of remote values in seconds (0: none)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(non_negative_integer);
     c->add_option("--remote-timeout-ms", r.timeout_ms, "Longest a remote call may wait")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(positive_integer);
     c->add_option("--remote-pipeline", r.pipeline,
                   "Remote commands per round trip (1: one round trip per page)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->transform(positive_integer);
   };
   add_remote(kv, kvo.remote, "ccht:kv:");
   kv->add_option("--remote-write", kvo.remote.write,
@@ -285,7 +296,7 @@ int main(int argc, char** argv) {
   compare->add_option("--requests", c.requests, "Default workloads: requests")->capture_default_str();
   compare->add_option("--batch", c.replay.batch, "Requests per table call")
       ->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   compare->add_option("--backend", c.replay.backend, "cpu or cuda")->capture_default_str();
   compare->add_option("--global-samples", c.replay.global_samples,
                       "Buckets ranked per global eviction; 0: the search's default")
@@ -312,7 +323,7 @@ int main(int argc, char** argv) {
   paper->add_option("--ratio", po.ratios, "Cache/table ratios")->delimiter(',')->capture_default_str();
   paper->add_option("--batch", po.replay.batch, "Requests per table call")
       ->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   paper->add_option("--backend", po.replay.backend, "cpu or cuda")->capture_default_str();
   paper->add_option("--global-samples", po.replay.global_samples,
                     "Buckets ranked per global eviction; 0: 64 with the tail index, 256 with two-level, "
