@@ -41,7 +41,8 @@ void check_bounds(redisReply const* r, reply_bounds const& b) {
 void take_value(redisReply const* r, ccht::key_type key, std::size_t expected) {
   std::string_view value;
   if (classify_get(r, value) != get_reply::value) { return; }
-  if (ccht::check_remote_value(value.data(), value.size(), key, expected) == ccht::remote_value_check::ok) {
+  auto const verdict = ccht::check_remote_value(value.data(), value.size(), key, expected);
+  if (verdict == ccht::remote_value_check::ok) {
     require(value.size() == sizeof(ccht::remote_value_header) + expected);
   }
 }

@@ -22,7 +22,9 @@ using namespace ccht::sim;
 /// near the real bound (2^28 keys, 2 GiB) is an error instead of a slow input.
 constexpr std::size_t max_requests = std::size_t{1} << 20;
 
-enum class mode : std::uint8_t { lirs, plain, mooncake, csv, oracle, arc, detect, detect_named, requests, count };
+enum class mode : std::uint8_t {
+  lirs, plain, mooncake, csv, oracle, arc, detect, detect_named, requests, count
+};
 
 constexpr std::array<char const*, 9> names{"trace",         "t.jsonl", "t.json", "t.lis", "t.csv",
                                            "t.oracleGeneral", "t.bin",   "t.trace", "t.txt"};
@@ -62,8 +64,8 @@ void run(mode m, std::uint8_t opt, std::string_view text) {
   trace_format f = concrete(m);
   if (m == mode::detect || m == mode::detect_named) {
     std::string reason;
-    f = detect_trace_format(std::string_view(names[m == mode::detect ? 0 : opt % names.size()]), text,
-                            reason);
+    std::string_view const name = names[m == mode::detect ? 0 : opt % names.size()];
+    f = detect_trace_format(name, text, reason);
     require(f != trace_format::auto_detect && !reason.empty());
   }
   check_keys(parse_trace(text, f, "fuzz", csv, max_requests));

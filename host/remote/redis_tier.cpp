@@ -70,7 +70,9 @@ std::size_t userinfo_at(std::string_view rest, bool unix_socket, bool strict = t
   if (unix_socket) {  // unix://[user:password@]/path: the path may hold '@'
     if (rest.empty() || rest.front() == '/') { return std::string_view::npos; }
     auto const at = rest.find("@/");
-    if (strict && at != std::string_view::npos && rest.substr(0, at).find('@') != std::string_view::npos) {
+    bool const second =
+        at != std::string_view::npos && rest.substr(0, at).find('@') != std::string_view::npos;
+    if (strict && second) {
       bad_url("'@' appears more than once before the socket path: write a '@' in the user name or "
               "password as %40");
     }
@@ -254,7 +256,9 @@ std::string redact_redis_url(std::string const& url) {
   // The last '@' (the parser's, where it accepts the URL): a URL it refuses for a second '@' is
   // hidden up to the last one, never less. A unix:// socket path may hold '@'.
   std::size_t at = unix_socket ? userinfo_at(rest, true, false) : rest.rfind('@');
-  if (at == std::string_view::npos && unix_socket && !rest.starts_with('/')) { at = rest.rfind('@'); }
+  if (at == std::string_view::npos && unix_socket && !rest.starts_with('/')) {
+    at = rest.rfind('@');
+  }
   if (at == std::string_view::npos) { return url; }
   at += start;
   auto const colon = url.find(':', start);
@@ -293,7 +297,9 @@ namespace {
 redisReplyObjectFunctions const& hiredis_functions() {
   static redisReplyObjectFunctions const fns = [] {
     redisReader* r = redisReaderCreate();
-    if (r == nullptr) { throw error(error_code::out_of_memory, "redis_tier: no memory for a reader"); }
+    if (r == nullptr) {
+      throw error(error_code::out_of_memory, "redis_tier: no memory for a reader");
+    }
     redisReplyObjectFunctions const f = *r->fn;
     redisReaderFree(r);
     return f;
@@ -364,7 +370,9 @@ read_outcome io_outcome(redisContext const* c) {
 
 /// The outcome of a failed parse: a claim out of bounds, or hiredis's own protocol error.
 read_outcome parse_outcome(redisContext* c, reply_check const& check) {
-  if (!check.violation.empty()) { return failed(c, read_outcome::protocol, "protocol error: " + check.violation); }
+  if (!check.violation.empty()) {
+    return failed(c, read_outcome::protocol, "protocol error: " + check.violation);
+  }
   return read_outcome::protocol;
 }
 
@@ -393,7 +401,9 @@ bool check_pending(redisReader const& reader, reply_check& check) {
   auto const eol = rest.find("\r\n");
   if (eol == std::string_view::npos) {  // a line still without its end: how long may it grow?
     if (rest.size() > check.bounds.line + 32) {
-      note_violation(check, [&] { return "a reply line runs past " + std::to_string(check.bounds.line) + " bytes"; });
+      note_violation(check, [&] {
+        return "a reply line runs past " + std::to_string(check.bounds.line) + " bytes";
+      });
       return false;
     }
     return true;
@@ -436,7 +446,8 @@ read_outcome read_reply(redisContext* c, reply_check& check,
 }
 
 get_reply classify_get(redisReply const* r, std::string_view& value) noexcept {
-  if (r == nullptr || r->type == REDIS_REPLY_NIL) { return r == nullptr ? get_reply::unexpected : get_reply::nil; }
+  if (r == nullptr) { return get_reply::unexpected; }
+  if (r->type == REDIS_REPLY_NIL) { return get_reply::nil; }
   if (r->type != REDIS_REPLY_STRING) { return get_reply::unexpected; }
   value = std::string_view(r->str, r->len);
   return get_reply::value;
@@ -448,9 +459,10 @@ slot_map parse_cluster_slots(redisReply const* r, std::string const& fallback_ho
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY) { return m; }
   for (std::size_t i = 0; i < r->elements; ++i) {
     redisReply const* e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
-        e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
-        e->element[2]->elements < 2 || e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
+        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
       continue;
     }
     redisReply const* node = e->element[2];
@@ -458,7 +470,9 @@ slot_map parse_cluster_slots(redisReply const* r, std::string const& fallback_ho
     long long const lo = e->element[0]->integer, hi = e->element[1]->integer;
     if (port < 1 || port > 65535 || lo < 0 || hi < lo) { continue; }
     redis_endpoint ep;
-    if (node->element[0]->type == REDIS_REPLY_STRING) { ep.host.assign(node->element[0]->str, node->element[0]->len); }
+    if (node->element[0]->type == REDIS_REPLY_STRING) {
+      ep.host.assign(node->element[0]->str, node->element[0]->len);
+    }
     if (ep.host.empty() || ep.host == "?") { ep.host = fallback_host; }
     ep.port = int(port);
     std::size_t idx = m.servers.size();
@@ -532,7 +546,8 @@ struct redis_tier::impl {
   }
 
   /// One command and its reply within @p bounds (null on an error: s.ctx->errstr says which).
-  redisReply* command(server& s, std::vector<std::string> const& args, detail::reply_bounds bounds = {}) {
+  redisReply* command(server& s, std::vector<std::string> const& args,
+                      detail::reply_bounds bounds = {}) {
     std::vector<char const*> argv;
     std::vector<std::size_t> lens;
     for (auto const& a : args) {
@@ -702,7 +717,9 @@ struct redis_tier::impl {
             detail::reply_check check{bounds, {}};
             auto const got = detail::read_reply(s.ctx, check, deadline, &raw);
             if (got != detail::read_outcome::reply) {
-              if (got == detail::read_outcome::timeout) { timeouts.fetch_add(1, std::memory_order_relaxed); }
+              if (got == detail::read_outcome::timeout) {
+                timeouts.fetch_add(1, std::memory_order_relaxed);
+              }
               char const* what = got == detail::read_outcome::timeout    ? "timeout"
                                  : got == detail::read_outcome::protocol ? "bad reply"
                                                                          : "connection error";
@@ -915,7 +932,8 @@ redis_tier::redis_tier(redis_options options) : impl_(std::make_unique<impl>()) 
   if (m.opt.ttl.count() < 0 || m.opt.ttl > redis_max_ttl) {
     throw error(error_code::invalid_argument,
                 "redis_tier: ttl " + std::to_string(m.opt.ttl.count()) + " s is outside [0, " +
-                    std::to_string(redis_max_ttl.count()) + "] (Redis keeps expiry times in milliseconds)");
+                    std::to_string(redis_max_ttl.count()) +
+                    "] (Redis keeps expiry times in milliseconds)");
   }
   m.init_set(m.fg);
   m.init_set(m.bg);
@@ -978,13 +996,16 @@ std::size_t redis_tier::get(std::span<key_type const> keys, std::span<std::byte*
     std::string_view value;
     switch (detail::classify_get(r, value)) {
       case detail::get_reply::nil: return;
-      case detail::get_reply::unexpected: m.note_error("GET " + skeys[i] + ": unexpected reply"); return;
+      case detail::get_reply::unexpected:
+        m.note_error("GET " + skeys[i] + ": unexpected reply");
+        return;
       case detail::get_reply::value: accept(i, value.data(), value.size()); return;
     }
   };
   // An MGET's reply holds one value per key, none larger than the largest size asked for.
-  detail::reply_bounds bounds{std::max<std::size_t>(1, m.opt.pipeline), sizeof(remote_value_header)};
-  for (std::size_t i : todo) { bounds.bulk = std::max(bounds.bulk, sizeof(remote_value_header) + sizes[i]); }
+  detail::reply_bounds bounds{std::max<std::size_t>(1, m.opt.pipeline), 0};
+  for (std::size_t i : todo) { bounds.bulk = std::max(bounds.bulk, sizes[i]); }
+  bounds.bulk += sizeof(remote_value_header);
   // pipeline 1 is the one-round-trip-per-key baseline: GET each. Otherwise MGET carries up to
   // `pipeline` keys per command, which costs the server far less than as many GETs.
   m.run(m.fg, skeys, std::move(todo), clock_type::now() + m.opt.timeout, m.opt.pipeline, bounds,

@@ -127,7 +127,9 @@ st_tensor parse_entry(std::string_view file, std::string const& name, nlohmann::
   bool overflow = false;
   for (auto const& d : *sh) {
     std::uint64_t x = 0;
-    if (!as_u64(d, x)) { fail_tensor(file, name, "'shape' holds " + shown(d) + ", not a non-negative integer"); }
+    if (!as_u64(d, x)) {
+      fail_tensor(file, name, "'shape' holds " + shown(d) + ", not a non-negative integer");
+    }
     t.shape.push_back(x);
     if (x != 0 && elems > std::numeric_limits<std::uint64_t>::max() / x) { overflow = true; }
     elems *= x;

@@ -89,7 +89,7 @@ inline constexpr std::chrono::seconds redis_max_ttl{1'000'000'000'000'000};
 struct redis_options {
   std::string url = "redis://127.0.0.1:6379";  ///< see the file comment
   std::string prefix = "ccht:";                ///< namespace of the stored keys
-  std::chrono::seconds ttl{0};                 ///< expiry of every value written (0: none; at most redis_max_ttl)
+  std::chrono::seconds ttl{0};  ///< expiry of every value written (0: none; at most redis_max_ttl)
   std::chrono::milliseconds timeout{500};      ///< longest a call may wait on the servers
   std::chrono::milliseconds connect_timeout{200};  ///< longest one connection attempt waits
   std::chrono::milliseconds backoff_min{50};   ///< first wait before a failed server is retried
