@@ -48,13 +48,15 @@ int remote_verdict(remote_store const* remote, std::uint64_t writes) {
 #if CCHT_HAVE_REDIS
   if (auto const* tier = dynamic_cast<redis_tier const*>(remote)) { last = tier->last_error(); }
 #endif
-  std::string const why = std::to_string(s.errors) + " errors" + (last.empty() ? "" : "; last: " + last);
+  std::string const why =
+      "errors: " + std::to_string(s.errors) + (last.empty() ? "" : "; last: " + last);
   // Never reached (a wrong host or port), or every write refused: the tier asked for did not
   // work, which a run must not report as success. Hits alone prove nothing: a value still in the
   // write-back queue is served from there.
   if (s.connects == 0 || (writes > 0 && s.puts == 0)) {
     std::fprintf(stderr, "ccht: error: remote tier (%s): %s (%s)\n", remote->describe().c_str(),
-                 s.connects == 0 ? "no server was ever reached" : "every write failed", why.c_str());
+                 s.connects == 0 ? "no server was ever reached" : "every write failed",
+                 why.c_str());
     return 1;
   }
   std::fprintf(stderr, "ccht: warning: remote tier (%s): some remote calls failed (%s)\n",
