@@ -286,13 +286,15 @@ TEST(Cli, ReplayJsonWithANonUtf8FileName) {
 
 // ---- exit codes ----------------------------------------------------------------------------------
 
+/// A command line that must exit 2, and what its stderr must say.
+struct bad_case {
+  std::vector<std::string> args;
+  char const* says;
+};
+
 TEST(Cli, BadArgumentsExitWithTwo) {
   temp_dir dir;
   std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
-  struct bad_case {
-    std::vector<std::string> args;
-    char const* says;  // expected on stderr
-  };
   std::vector<bad_case> const cases{
       {{"replay", "--trace", trace, "--policy", "lru,mru"}, "mru"},
       {{"replay", "--trace", (dir.path() / "missing.trace").string()}, "missing.trace"},
@@ -340,10 +342,6 @@ TEST(Cli, BadArgumentsExitWithTwo) {
 TEST(Cli, MisusedArgumentsAreOneLineErrors) {
   temp_dir dir;
   std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
-  struct bad_case {
-    std::vector<std::string> args;
-    char const* says;  // expected on stderr
-  };
   std::vector<bad_case> const cases{
       {{"replay", "--trace", trace, "--batch", "0"}, "--batch: expected a positive integer, got '0'"},
       {{"workload", "--requests", "10", "--batch", "0"}, "--batch: expected a positive integer, got '0'"},
