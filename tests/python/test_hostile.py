@@ -400,7 +400,59 @@ def test_a_path_with_a_nul_is_refused(tmp_path):
 
 
 def test_loading_a_directory_says_it_is_not_a_regular_file(tmp_path):
-    # Needs the C++ loader to open regular files only (issue 31, the loader's side).
     wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
     with pytest.raises(ccht.Error, match="not a regular file"):
         wc.load(str(tmp_path))
+
+
+# ---- cases 8, 9 and 1: the machine's memory, FIFOs, and many distinct models ---------------------
+
+def test_a_fifo_given_as_a_model_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    wc = ccht.WeightCache(budget_bytes=16 * PAGE, page_bytes=PAGE)
+    outcome = []
+
+    def load():
+        try:
+            wc.load(str(fifo))
+        except ccht.Error as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():  # blocked in open(): release it, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("WeightCache.load blocked on a FIFO")
+    assert outcome and "not a regular file (a FIFO)" in outcome[0], outcome
+
+
+def _mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def test_a_budget_beyond_the_machines_memory_is_refused():
+    avail = _mem_available()
+    if avail is None:
+        pytest.skip("no MemAvailable in /proc/meminfo")
+    budget = (avail * 3 // 2) // PAGE * PAGE
+    with pytest.raises(ccht.Error, match="available"):
+        ccht.WeightCache(budget_bytes=budget, page_bytes=PAGE, huge_pages="off")
+
+
+def test_many_distinct_models_keep_objects_bounded(tmp_path):
+    wc = ccht.WeightCache(budget_bytes=64 * PAGE, page_bytes=PAGE)
+    for i in range(300):
+        path = write_model(tmp_path / f"m{i}.safetensors",
+                           {f"t{j}": np.full(100, (i + j) % 256, dtype=np.uint8) for j in range(10)})
+        with wc.load(path) as m:
+            assert np.from_dlpack(m["t3"])[0] == (i + 3) % 256
+        os.remove(path)
+    s = wc.stats()
+    assert s["objects"] <= s["bytes_resident"] // PAGE, s
+    assert s["pages_pinned"] == 0
