@@ -21,6 +21,7 @@ struct weight_cache<Backend>::record {
   std::uint32_t pages = 0;
   std::byte* range = nullptr;
   std::vector<page_id> mapped;       ///< page mapped at each index, or no_page
+  std::uint32_t mapped_count = 0;    ///< indices whose page is mapped (not no_page)
   std::uint32_t pins = 0;            ///< holders (each holds one pin on every page)
   std::uint32_t busy = 0;            ///< acquires between their two critical sections
   bool loading = false;              ///< a filler holds it
@@ -100,9 +101,8 @@ weight_cache<Backend>::~weight_cache() {
 
 template <class Backend>
 void weight_cache<Backend>::forget_if_idle_locked(record* r) {
-  if (r == nullptr || r->pins != 0 || r->busy != 0 || r->loading) { return; }
-  for (page_id p : r->mapped) {
-    if (p != no_page) { return; }
+  if (r == nullptr || r->pins != 0 || r->busy != 0 || r->loading || r->mapped_count != 0) {
+    return;
   }
   // No owner entry names r (unmapping cleared them), so nothing refers to it any more.
   pages_.pool().free_range(r->range, r->pages);
@@ -202,6 +202,7 @@ void weight_cache<Backend>::unmap_locked(record& r, std::uint32_t first, std::ui
       owner& o = owners_[r.mapped[j]];
       if (o.rec == &r && o.index == j) { o = owner{}; }
       r.mapped[j] = no_page;
+      --r.mapped_count;
       ++j;
     }
     pages_.pool().unmap_pages(r.range + std::size_t{i} * page_bytes(), j - i);
@@ -253,6 +254,7 @@ void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages
                             fill(i) ? page_access::read_write : page_access::read_only);
     for (std::uint32_t k = i; k < j; ++k) {
       r.mapped[k] = pages[k];
+      ++r.mapped_count;
       owners_[pages[k]] = owner{&r, k};
     }
     i = j;
