@@ -44,10 +44,13 @@ def test_object_views_are_writable_only_while_an_unpublished_fill():
         assert filler.status[0] == O.fill
         before = np.from_dlpack(filler.view(0))
         before[:] = 7  # the caller writes its fill through the view
+        # publish() maps the pages read-only: a live writable view would fault on its next write
+        with pytest.raises(ValueError, match="writable view"):
+            filler.publish()
+        del before
         filler.publish()
         with pytest.raises(ValueError, match="read-only"):
             np.from_dlpack(filler.view(0))[:] = 0  # published: shared with every reader
-        del before
     with wc.acquire([(1, PAGE)]) as reader:
         assert reader.status[0] == O.hit
         hit = np.from_dlpack(reader.view(0))

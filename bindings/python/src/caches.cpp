@@ -677,12 +677,24 @@ class py_object_lease {
     }
     std::optional<bool> const writable = view_writable(*pins_, i);
     if (!writable) { closed_error("ObjectLease.view"); }
+    // A writable view also holds fill_views_, so publish() can tell whether one is still alive.
+    nb::capsule owner = *writable ? fill_view_owner(h) : hold_owner(h);
     return dlpack_view(l.data, {l.bytes}, nb::dtype<std::uint8_t>(),
                        cuda_ ? nb::device::cuda::value : nb::device::cpu::value, device_id_,
-                       hold_owner(h), *writable);
+                       owner, *writable);
   }
 
-  void publish() { publish_lease(*cache_, *pins_, std::nullopt, "ObjectLease.publish"); }
+  /// publish() makes the objects' pages read-only (weight_cache.hpp), so a writable view still
+  /// alive would fault on its next write: it is refused until those views are gone.
+  void publish() {
+    if (long const alive = fill_views_.use_count() - 1; alive > 0) {
+      throw nb::value_error(("ObjectLease.publish: " + std::to_string(alive) +
+                             " writable view(s) of the fill are still alive; publishing makes "
+                             "the pages read-only, so drop them (and arrays made from them) "
+                             "first").c_str());
+    }
+    publish_lease(*cache_, *pins_, std::nullopt, "ObjectLease.publish");
+  }
 
   void close() {
     if (!hold_) { return; }
@@ -699,6 +711,16 @@ class py_object_lease {
   int device_id_ = 0;
   std::shared_ptr<lease_pins> pins_;
   hold_ptr hold_;
+  std::shared_ptr<int> fill_views_ = std::make_shared<int>(0);  ///< one more owner per writable view
+
+  nb::capsule fill_view_owner(hold_ptr h) const {
+    struct owner {
+      hold_ptr hold;
+      std::shared_ptr<int> fill_view;
+    };
+    auto* o = new owner{std::move(h), fill_views_};
+    return nb::capsule(o, [](void* p) noexcept { delete static_cast<owner*>(p); });
+  }
 };
 
 class py_weight_cache {

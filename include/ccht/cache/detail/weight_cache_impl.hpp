@@ -532,10 +532,11 @@ void weight_cache<Backend>::publish(std::span<key_type const> keys) {
   }
   std::vector<key_type> pk;
   for (record* r : recs) { keys_of(*r, r->fill, pk); }
+  // Read-only first: if protecting fails, nothing is published yet and the fill can be abandoned.
+  for (record* r : recs) { protect_fill_locked(*r); }
   std::vector<page_result> res(pk.size());
   page_op(detail::page_op::publish, pk, res);
   for (record* r : recs) {
-    protect_fill_locked(*r);
     r->loading = false;
     r->fill.clear();
     ++counts_.publishes;
