@@ -16,7 +16,7 @@ targets=("$@")
 jobs=$(nproc 2>/dev/null || echo 2)
 
 if ! command -v clang++ >/dev/null; then
-  echo "error: clang++ is needed for libFuzzer (tools/dev.sh setup installs clang and libclang-rt-14-dev)" >&2
+  echo "error: clang++ is needed for libFuzzer (tools/dev.sh setup installs clang and libclang-rt-dev)" >&2
   exit 1
 fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -147,8 +147,11 @@ void vm<cuda_backend>::map(state const& s, std::byte* at, std::size_t page_bytes
                       s.handles.at(first + i), 0),
              "cuMemMap", page_bytes);
   }
-  set_access(s.device, at, count * page_bytes);
-  if (!writable) { protect_read_only(s, at, page_bytes, count); }
+  if (writable || !s.read_only_ok) {
+    set_access(s.device, at, count * page_bytes);
+  } else {
+    protect_read_only(s, at, page_bytes, count);  // one call; read-write where refused
+  }
 }
 
 // Not yet run on a GPU: where the driver refuses read-only access to device memory, mappings

@@ -248,6 +248,7 @@ void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages
       owner const o = owners_[pages[k]];
       if (o.rec != nullptr && o.rec->mapped[o.index] == pages[k]) {  // defensive: never twice
         unmap_locked(*o.rec, o.index, 1);
+        if (o.rec != &r) { forget_if_idle_locked(o.rec); }
       }
     }
     pages_.pool().map_pages(r.range + std::size_t{i} * page_bytes(), pages[i], j - i,
