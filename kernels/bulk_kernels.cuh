@@ -469,7 +469,10 @@ __global__ void __launch_bounds__(shape<TileSize>::block_threads)
       unsigned spins = 0;
       while (true) {
         std::uint32_t const v1 = detail::load_acquire(view.versions[b]);
-        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+        // Every lane must reach the shfl: one inside `||` would be skipped by lanes that saw an odd
+        // version, and a *_sync collective that some of its lanes skip is undefined behaviour.
+        std::uint32_t const v0 = tile.shfl(v1, 0);
+        if (tile.ballot((v1 & 1u) != 0 || v1 != v0) != 0) {
           detail::spin_wait(spins);
           continue;
         }

@@ -775,6 +775,30 @@ TEST_F(BadInput, InvalidOpCode) {
   expect_unchanged();
 }
 
+// A synchronous call's count word is reused by the next call on its host thread (the CUDA
+// backend keeps one per thread; the CPU backend models that): an empty batch right after a call
+// that counted must report 0, not that call's count.
+TEST_F(BadInput, EmptyBatchesCountNothingAfterACountingCall) {
+  ccht::table<Backend, ccht::lru> t(16);
+  std::vector<key_type> keys(64);
+  std::iota(keys.begin(), keys.end(), 1);
+  std::vector<value_type> vals(keys.begin(), keys.end());
+  auto const k = buffer<Backend, key_type>::from_host(keys);
+  auto const v = buffer<Backend, value_type>::from_host(vals);
+  buffer<Backend, key_type> ek(keys.size());
+  buffer<Backend, value_type> ev(keys.size());
+  buffer<Backend, op_code> o(keys.size());
+  buffer<Backend, op_status> s(keys.size());
+  std::span<key_type const> nk;
+  std::span<value_type const> nv;
+  ASSERT_GT(t.insert_or_assign(k.cspan(), v.cspan(), ek.span(), ev.span()), 0u);  // evicts
+  EXPECT_EQ(t.insert_or_assign(nk, nv, {}, {}), 0u);
+  ASSERT_GT(t.erase(k.cspan()), 0u);
+  EXPECT_EQ(t.erase(nk), 0u);
+  ASSERT_GT(t.insert_or_assign(k.cspan(), v.cspan(), ek.span(), ev.span()), 0u);
+  EXPECT_EQ(t.execute({}, nk, nv, {}, {}, {}, {}), 0u);
+}
+
 TEST_F(BadInput, EmptyBatchesAreNoOps) {
   auto& t = d->t;
   std::span<key_type const> nk;

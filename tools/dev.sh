@@ -6,7 +6,8 @@
 #                             `ccht compare` (miss ratios and throughput of every policy, with plots)
 #   tools/dev.sh quickstart   the same build, then only the quickstart
 #   tools/dev.sh test         install what is missing, build and run the whole test suite:
-#                             CPU tests, the ThreadSanitizer build, the CUDA build (compiled for
+#                             CPU tests, the ThreadSanitizer build, the core on 16-lane lockstep
+#                             tiles (preset lanes, docs/gpu-lanes.md), the CUDA build (compiled for
 #                             sm_90; its GPU tests skip visibly without a GPU), the Python
 #                             package (pip install . into .venv, then pytest tests/python), the
 #                             libFuzzer targets (tools/fuzz.sh, $CCHT_FUZZ_SECONDS each, default
@@ -164,6 +165,10 @@ run_tests() {
   say "ThreadSanitizer build of the concurrency tests (preset tsan)"
   build tsan
   run_ctest --preset tsan
+
+  say "The GPU's lane logic on the CPU (preset lanes): the core on 16-lane lockstep tiles, the kernels' width (docs/gpu-lanes.md)"
+  build lanes
+  run_ctest --preset lanes
 
   if command -v nvcc >/dev/null; then
     say "CUDA backend: compile for sm_90 and run the GPU tests (preset cuda)"

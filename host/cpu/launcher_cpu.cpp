@@ -21,6 +21,8 @@
 #include <ccht/detail/launcher.hpp>
 #include <ccht/detail/validate.hpp>
 
+#include "cpu_tile.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -559,17 +561,57 @@ chosen_victims_hook hook_for(bucket_array_view<B> const& v, victim_list const& c
   return hook;
 }
 
+/// What one upsert returns on every lane of its tile.
+struct upsert_result {
+  op_status status;
+  key_type evicted_key;
+  value_type evicted_value;
+  bool operator==(upsert_result const&) const = default;
+};
+
 /// One upsert of a bulk call: double LRU through @p hook (whose victims it tries before any
 /// search), other policies the plain insert_or_assign.
 template <class Policy>
-CCHT_FORCEINLINE op_status upsert(bucket_array_view<B> const& v, key_type key, value_type value,
-                                  tick_type tick, key_type& ek, value_type& ev,
-                                  chosen_victims_hook& hook, access_counts* acc) {
-  if constexpr (Policy::global == global_layer::entry_lru && !Policy::kick_out) {
-    return ops_t<Policy>::insert_with(scalar_tile{}, v, key, value, tick, ek, ev, hook, acc);
-  } else {
-    return ops_t<Policy>::insert_or_assign(scalar_tile{}, v, key, value, tick, ek, ev, acc);
-  }
+CCHT_FORCEINLINE upsert_result upsert(bucket_array_view<B> const& v, key_type key,
+                                      value_type value, tick_type tick,
+                                      chosen_victims_hook& hook, access_counts* acc) {
+  return on_cpu_tile(acc, [&](auto const& tile, access_counts* a) CCHT_FORCEINLINE_LAMBDA {
+    upsert_result r{op_status::inserted, 0, 0};
+    value_type val = value;  // in-out for insert_with: each lane has its own
+    if constexpr (Policy::global == global_layer::entry_lru && !Policy::kick_out) {
+      r.status = ops_t<Policy>::insert_with(tile, v, key, val, tick, r.evicted_key,
+                                            r.evicted_value, hook, a);
+    } else {
+      r.status = ops_t<Policy>::insert_or_assign(tile, v, key, val, tick, r.evicted_key,
+                                                 r.evicted_value, a);
+    }
+    return r;
+  });
+}
+
+/// One find on the backend's tile: whether it hit, and the value (0 on a miss).
+template <class Policy>
+CCHT_FORCEINLINE std::pair<bool, value_type> find_one(bucket_array_view<B> const& v, key_type key,
+                                                      tick_type tick, access_counts* acc) {
+  return on_cpu_tile(acc, [&](auto const& tile, access_counts* a) CCHT_FORCEINLINE_LAMBDA {
+    value_type val = 0;
+    bool const hit = ops_t<Policy>::find(tile, v, key, tick, val, a);
+    return std::pair<bool, value_type>{hit, hit ? val : 0};
+  });
+}
+
+/// One contains on the backend's tile.
+CCHT_FORCEINLINE bool contains_one(bucket_array_view<B> const& v, key_type key, access_counts* acc) {
+  return on_cpu_tile(acc, [&](auto const& tile, access_counts* a) CCHT_FORCEINLINE_LAMBDA {
+    return ops_t<lru>::contains(tile, v, key, a);
+  });
+}
+
+/// One erase on the backend's tile.
+CCHT_FORCEINLINE bool erase_one(bucket_array_view<B> const& v, key_type key, access_counts* acc) {
+  return on_cpu_tile(acc, [&](auto const& tile, access_counts* a) CCHT_FORCEINLINE_LAMBDA {
+    return ops_t<lru>::erase(tile, v, key, a);
+  });
 }
 
 }  // namespace
@@ -677,8 +719,7 @@ void cpu_launcher::find(table_state const& s, key_type const* keys, value_type* 
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup2(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          value_type val;
-          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val, acc);
+          auto const [hit, val] = find_one<Policy>(v, keys[i], base + i, acc);
           found[i] = hit;
           if (hit) { values[i] = val; }
         });
@@ -699,7 +740,7 @@ void cpu_launcher::contains(table_state const& s, key_type const* keys, bool* fo
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup2(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.lookup3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          found[i] = ops_t<lru>::contains(scalar_tile{}, v, keys[i], acc);
+          found[i] = contains_one(v, keys[i], acc);
         });
     add_counts(s.counts, c);
   });
@@ -731,12 +772,8 @@ void cpu_launcher::insert_or_assign(table_state const& s, key_type const* keys,
         },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.upsert3(i); },
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          key_type ek = 0;
-          value_type ev = 0;
-          if (upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, acc) ==
-              op_status::inserted_evicted) {
-            buf->push(ek, ev);
-          }
+          upsert_result const r = upsert<Policy>(v, keys[i], values[i], base + i, hook, acc);
+          if (r.status == op_status::inserted_evicted) { buf->push(r.evicted_key, r.evicted_value); }
         });
     add_counts(s.counts, c);
     buf->flush(evicted_keys, evicted_values, num_evicted);
@@ -758,7 +795,7 @@ void cpu_launcher::erase(table_state const& s, key_type const* keys, std::size_t
         b, e, [](std::size_t) {},
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA { pf.update2(i, false); }, [](std::size_t) {},
         [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
-          local += ops_t<lru>::erase(scalar_tile{}, v, keys[i], acc);
+          local += erase_one(v, keys[i], acc);
         });
     add_counts(s.counts, c);
     if (num_erased != nullptr) { std::atomic_ref<std::size_t>(*num_erased).fetch_add(local); }
@@ -809,24 +846,19 @@ void cpu_launcher::execute(table_state const& s, op_code const* ops, key_type co
     pipelined(b, e, stage1, stage2, stage3, [&](std::size_t i) CCHT_FORCEINLINE_LAMBDA {
       switch (ops[i]) {
         case op_code::find: {
-          value_type val;
-          bool const hit = ops_t<Policy>::find(scalar_tile{}, v, keys[i], base + i, val, acc);
+          auto const [hit, val] = find_one<Policy>(v, keys[i], base + i, acc);
           if (hit) { values_out[i] = val; }
           status[i] = hit ? op_status::hit : op_status::miss;
           break;
         }
         case op_code::insert_or_assign: {
-          key_type ek = 0;
-          value_type ev = 0;
-          op_status const st =
-              upsert<Policy>(v, keys[i], values[i], base + i, ek, ev, hook, acc);
-          if (st == op_status::inserted_evicted) { buf->push(ek, ev); }
-          status[i] = st;
+          upsert_result const r = upsert<Policy>(v, keys[i], values[i], base + i, hook, acc);
+          if (r.status == op_status::inserted_evicted) { buf->push(r.evicted_key, r.evicted_value); }
+          status[i] = r.status;
           break;
         }
         case op_code::erase:
-          status[i] = ops_t<Policy>::erase(scalar_tile{}, v, keys[i], acc) ? op_status::hit
-                                                                           : op_status::miss;
+          status[i] = erase_one(v, keys[i], acc) ? op_status::hit : op_status::miss;
           break;
       }
     });
@@ -872,14 +904,18 @@ void cpu_launcher::check_async_error(table_state const&, stream_type) {}
 
 cpu_launcher::stream_type cpu_launcher::sync_stream(stream_type stream) noexcept { return stream; }
 
+// One pair of words per host thread, reused by its every synchronous call with the count left
+// from the last one, as the CUDA backend's (launcher_cuda.cu, thread_words): a call that does not
+// set its count reads the previous call's on both backends, so CI sees what a GPU would.
 std::size_t* cpu_launcher::acquire_words(stream_type) {
-  return new std::size_t[2]{0, no_reject};
+  thread_local std::size_t words[2] = {0, no_reject};
+  return words;
 }
 
 void cpu_launcher::release_words(std::size_t* words, std::size_t host[2], stream_type) {
   host[0] = words[0];
   host[1] = words[1];
-  delete[] words;
+  words[1] = no_reject;  // the reject word's resting value
 }
 
 #define CCHT_INSTANTIATE_CPU(P)                                                                   \

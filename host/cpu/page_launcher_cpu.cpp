@@ -7,6 +7,8 @@
 #include <ccht/core/policy.hpp>
 #include <ccht/detail/validate.hpp>
 
+#include "cpu_tile.hpp"
+
 #include <algorithm>
 #include <span>
 
@@ -146,18 +148,19 @@ template <page_op Op, class Policy>
 CCHT_FORCEINLINE page_op_result run_one(page_ref<Policy> const& ref, page_batch const& b,
                                         std::size_t i, tick_type tick,
                                         detail::slot_hint const* h) {
-  scalar_tile const t{};
-  switch (Op) {
-    case page_op::acquire: return ref.acquire(t, b.keys[i], tick, nullptr, h);
-    case page_op::lookup: return ref.lookup(t, b.keys[i], h);
-    case page_op::publish: return ref.publish(t, b.keys[i]);
-    case page_op::abandon: return ref.abandon(t, b.keys[i]);
-    case page_op::release_key: return ref.release(t, b.keys[i], tick, nullptr, h);
-    case page_op::release_page: return ref.release_page(t, b.pages_in[i], tick);
-    case page_op::erase: return ref.erase(t, b.keys[i]);
-    case page_op::match_prefix: break;
-  }
-  return {};
+  return on_cpu_tile(nullptr, [&](auto const& t, access_counts*) -> page_op_result {
+    switch (Op) {
+      case page_op::acquire: return ref.acquire(t, b.keys[i], tick, nullptr, h);
+      case page_op::lookup: return ref.lookup(t, b.keys[i], h);
+      case page_op::publish: return ref.publish(t, b.keys[i]);
+      case page_op::abandon: return ref.abandon(t, b.keys[i]);
+      case page_op::release_key: return ref.release(t, b.keys[i], tick, nullptr, h);
+      case page_op::release_page: return ref.release_page(t, b.pages_in[i], tick);
+      case page_op::erase: return ref.erase(t, b.keys[i]);
+      case page_op::match_prefix: break;
+    }
+    return {};
+  });
 }
 
 template <page_op Op>
@@ -243,7 +246,9 @@ void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Poli
     tally t;
     std::size_t run = 0;
     for (; run < b.n; ++run) {
-      page_op_result const r = ref.lookup(scalar_tile{}, b.keys[run]);
+      page_op_result const r = on_cpu_tile(nullptr, [&](auto const& tile, access_counts*) {
+        return ref.lookup(tile, b.keys[run]);
+      });
       t.count(page_op::lookup, r, run);
       if (r.status != page_status::hit) { break; }
       b.pages_out[run] = r.page;

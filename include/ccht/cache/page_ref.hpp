@@ -201,6 +201,8 @@ struct page_op_result {
   key_type evicted_key = empty_key;        ///< acquire: that entry's key (its page is `page`)
   std::int8_t pinned_delta = 0;            ///< change in the number of pinned pages
   std::int8_t filling_delta = 0;           ///< change in the number of pages being filled
+  /// Field by field (every lane of a tile returns the same result).
+  bool operator==(page_op_result const&) const = default;
 };
 
 /**

@@ -19,10 +19,76 @@
 #endif
 #endif
 
+#ifndef CCHT_LANE_HOOKS
+/// 1 in builds whose every shared store reports to the lockstep runner (preset `lanes`).
+#define CCHT_LANE_HOOKS 0
+#endif
+#if CCHT_LANE_HOOKS && !CCHT_DEVICE_CODE
+#include <ccht/lanes/store_hook.hpp>
+#endif
+
 namespace ccht::detail {
 
+#if CCHT_LANE_HOOKS && !CCHT_DEVICE_CODE
+/// cuda::atomic_ref whose writes tell the lockstep runner their address first, so that it can
+/// report two lanes of a tile storing to one word in one step (ccht/lanes/lockstep_tile.hpp).
+/// Only in the `lanes` preset, where every translation unit sees the same definition.
+template <class T>
+class atomic_ref_t : public cuda::atomic_ref<T, cuda::thread_scope_device> {
+  using base = cuda::atomic_ref<T, cuda::thread_scope_device>;
+  using order = cuda::std::memory_order;
+  static constexpr order seq = cuda::std::memory_order_seq_cst;
+
+ public:
+  explicit atomic_ref_t(T& x) noexcept : base(x), p_(&x) {}
+  void store(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    base::store(v, o);
+  }
+  T fetch_add(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::fetch_add(v, o);
+  }
+  T fetch_sub(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::fetch_sub(v, o);
+  }
+  T fetch_max(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::fetch_max(v, o);
+  }
+  T fetch_min(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::fetch_min(v, o);
+  }
+  T exchange(T v, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::exchange(v, o);
+  }
+  bool compare_exchange_strong(T& e, T d, order s, order f) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::compare_exchange_strong(e, d, s, f);
+  }
+  bool compare_exchange_strong(T& e, T d, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::compare_exchange_strong(e, d, o);
+  }
+  bool compare_exchange_weak(T& e, T d, order s, order f) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::compare_exchange_weak(e, d, s, f);
+  }
+  bool compare_exchange_weak(T& e, T d, order o = seq) const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return base::compare_exchange_weak(e, d, o);
+  }
+
+ private:
+  T* p_;
+};
+#else
 template <class T>
 using atomic_ref_t = cuda::atomic_ref<T, cuda::thread_scope_device>;
+#endif
 
 template <class T>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE T load_relaxed(T const& x) noexcept {

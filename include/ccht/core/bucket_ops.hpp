@@ -110,7 +110,10 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int read_bucket(Tile const& tile, bucket<B> co
   while (true) {
     std::uint32_t const v1 = load_acquire(version);
     // Proceed only when every lane saw the same even version, so the tile stays converged.
-    if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+    // Every lane must reach the shfl: one inside `||` would be skipped by lanes that saw an odd
+    // version, and a *_sync collective that some of its lanes skip is undefined behaviour.
+    std::uint32_t const v0 = tile.shfl(v1, 0);
+    if (tile.ballot((v1 & 1u) != 0 || v1 != v0) != 0) {
       spin_wait(spins);
       continue;
     }
@@ -866,7 +869,10 @@ struct bucket_ops {
       int outcome = 0;  // 0: read again, 1: not in this bucket, 2: done
       while (outcome == 0) {
         std::uint32_t const v1 = detail::load_acquire(v.versions[bi]);
-        if (tile.ballot((v1 & 1u) != 0 || v1 != tile.shfl(v1, 0)) != 0) {
+        // Every lane must reach the shfl: one inside `||` would be skipped by lanes that saw an odd
+        // version, and a *_sync collective that some of its lanes skip is undefined behaviour.
+        std::uint32_t const v0 = tile.shfl(v1, 0);
+        if (tile.ballot((v1 & 1u) != 0 || v1 != v0) != 0) {
           detail::spin_wait(spins);
           continue;
         }

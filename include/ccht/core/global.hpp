@@ -335,8 +335,9 @@ CCHT_HOST_DEVICE bool lock_tail_victim(Tile const& tile, bucket_array_view<B> co
                                        global_victim& out, access_counts* acc) noexcept {
   constexpr int T = static_cast<int>(Tile::num_threads());
   constexpr int W = static_cast<int>(tail_line_buckets);
-  static_assert(W % T == 0, "the tile size must divide a tail-index line");
-  constexpr int per_lane = static_cast<int>(max_tail_lines) * W / T;
+  static_assert(W % T == 0 || T % W == 0, "a tile and a tail-index line must divide one another");
+  // A tile wider than a line (32 lanes) leaves its upper lanes without words: they hold no_rank.
+  constexpr int per_lane = static_cast<int>(max_tail_lines) * ((W + T - 1) / T);
   std::uint32_t const lines = tail_lines_for(v.samples);
   // Each word is corrected at most once per round, then accepted: 2 checks per bucket suffice.
   std::uint32_t const max_checks = 2 * lines * tail_line_buckets;
@@ -473,10 +474,12 @@ CCHT_HOST_DEVICE bool lock_two_level_victim(Tile const& tile, bucket_array_view<
                                             access_counts* acc) noexcept {
   constexpr int T = static_cast<int>(Tile::num_threads());
   constexpr int W = static_cast<int>(upper_line_lines);
-  static_assert(W % T == 0 && static_cast<int>(tail_line_buckets) % T == 0,
-                "the tile size must divide an index line");
-  constexpr int per_lane_hi = static_cast<int>(max_upper_lines) * W / T;
-  constexpr int per_lane = static_cast<int>(tail_line_buckets) / T;
+  constexpr int L = static_cast<int>(tail_line_buckets);
+  static_assert((W % T == 0 || T % W == 0) && (L % T == 0 || T % L == 0),
+                "a tile and an index line must divide one another");
+  // A tile wider than a line (32 lanes) leaves its upper lanes without words: they hold no_rank.
+  constexpr int per_lane_hi = static_cast<int>(max_upper_lines) * ((W + T - 1) / T);
+  constexpr int per_lane = (L + T - 1) / T;
   std::uint32_t const uppers = upper_lines_for(v.samples);
   std::uint32_t const num_lines = tail_index_lines(v.num_buckets);
   (void)W;
@@ -518,9 +521,11 @@ CCHT_HOST_DEVICE bool lock_two_level_victim(Tile const& tile, bucket_array_view<
         cur_line = L1;
         count_tail_read(acc);
         for (int i = 0; i < per_lane; ++i) {
-          std::uint32_t const b = L1 * tail_line_buckets + static_cast<std::uint32_t>(lane + i * T);
-          bucket_of[i] = b;
-          w[i] = b < v.num_buckets ? load_relaxed(v.tails[b]) : no_rank;
+          int const j = lane + i * T;
+          std::uint32_t const b = L1 * tail_line_buckets + static_cast<std::uint32_t>(j);
+          bool const in = j < L && b < v.num_buckets;
+          bucket_of[i] = in ? b : ~std::uint32_t{0};
+          w[i] = in ? load_relaxed(v.tails[b]) : no_rank;
         }
         score_type lm, unused;
         std::uint32_t ub;
@@ -602,7 +607,11 @@ CCHT_HOST_DEVICE bool lock_global_victim(Tile const& tile, bucket_array_view<B> 
     }
   }
   constexpr int attempts = 4;
-  std::uint32_t const k = v.samples == 0 ? 1 : v.samples;
+  // After an index search failed, `samples` is the index's window (512 for the two-level one):
+  // as a count of sampled buckets it only rereads a small table's, so it is capped there, and a
+  // search that finds only pinned entries costs rounds of the table, not of 512 buckets.
+  std::uint32_t k = v.samples == 0 ? 1 : v.samples;
+  if (v.tails != nullptr && k > v.num_buckets) { k = v.num_buckets; }
   // Sampled rounds, then one lap of the table from a sampled bucket.
   std::uint64_t const lap_start = attempts * std::uint64_t{k};
   std::uint64_t const last = lap_start + v.num_buckets;
@@ -753,7 +762,11 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE int own_victim(Tile const& tile, bucket_array_
                                                  tick_type tick, bucket<B> const& a,
                                                  bucket<B> const& b, int& slot,
                                                  access_counts* acc) noexcept {
-  score_type const needed = own_age_needed(v, tick);
+  // One lane reads the shared age and the tile takes its value: other tiles write it meanwhile,
+  // so lanes reading it each could disagree on the branch below, which leads to collectives.
+  score_type needed = 0;
+  if (tile.thread_rank() == 0) { needed = own_age_needed(v, tick); }
+  needed = tile.shfl(needed, 0);
   if (needed == 0) { return -1; }
   count_scores<B>(acc);  // both score lines; the probes already counted the buckets
   count_scores<B>(acc);

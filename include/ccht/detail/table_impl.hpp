@@ -221,11 +221,11 @@ std::size_t table<Backend, Policy>::insert_or_assign(std::span<key_type const> k
   detail::sync_call<Backend> call("insert_or_assign", stream);
   stream = call.stream();
   detail::check_upsert_args(keys, values, evicted_keys, evicted_values);
-  if (!keys.empty()) {
-    launcher::template insert_or_assign<Policy>(state_, keys.data(), values.data(), keys.size(),
-                                                evicted_keys.data(), evicted_values.data(),
-                                                call.count(), call.reject(), stream);
-  }
+  // Launched for an empty batch too: the launcher then zeroes the count word, which the CUDA
+  // backend reuses per thread (it would read the last call's count).
+  launcher::template insert_or_assign<Policy>(state_, keys.data(), values.data(), keys.size(),
+                                              evicted_keys.data(), evicted_values.data(),
+                                              call.count(), call.reject(), stream);
   return call.finish(keys);
 }
 
@@ -249,9 +249,7 @@ std::size_t table<Backend, Policy>::erase(std::span<key_type const> keys, stream
   detail::sync_call<Backend> call("erase", stream);
   stream = call.stream();
   detail::check_span(keys, keys.size(), "erase", "keys");
-  if (!keys.empty()) {
-    launcher::erase(state_, keys.data(), keys.size(), call.count(), call.reject(), stream);
-  }
+  launcher::erase(state_, keys.data(), keys.size(), call.count(), call.reject(), stream);  // n = 0 zeroes the count
   return call.finish(keys);
 }
 
@@ -272,12 +270,10 @@ std::size_t table<Backend, Policy>::execute(
   stream = call.stream();
   detail::check_execute_args(ops, keys, values, values_out, status_out, evicted_keys,
                              evicted_values);
-  if (!keys.empty()) {
-    launcher::template execute<Policy>(state_, ops.data(), keys.data(), values.data(),
-                                       values_out.data(), status_out.data(), keys.size(),
-                                       evicted_keys.data(), evicted_values.data(), call.count(),
-                                       call.reject(), stream);
-  }
+  launcher::template execute<Policy>(state_, ops.data(), keys.data(), values.data(),
+                                     values_out.data(), status_out.data(), keys.size(),
+                                     evicted_keys.data(), evicted_values.data(), call.count(),
+                                     call.reject(), stream);  // n = 0 zeroes the count
   return call.finish(keys);
 }
 
