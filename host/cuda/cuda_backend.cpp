@@ -8,7 +8,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace ccht {
 namespace detail {
@@ -28,6 +31,18 @@ error_code code_for(cudaError_t status) noexcept {
 
 std::string describe(cudaError_t status) {
   return std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+}
+
+/// Free events per device: a release records one per call, so they are made once and reused.
+struct event_pool {
+  std::mutex mu;
+  std::vector<std::vector<cudaEvent_t>> free;  ///< per device
+};
+
+event_pool& events() {
+  // Never destroyed: events may come back during static destruction, after the runtime unloaded.
+  static auto* pool = new event_pool;
+  return *pool;
 }
 
 }  // namespace
@@ -91,6 +106,59 @@ void cuda_backend::copy_from_host(void* dst, void const* src, std::size_t bytes,
 
 void cuda_backend::synchronize(stream_type stream) {
   detail::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+cuda_event cuda_backend::record_event(stream_type stream) {
+  cuda_event e;
+  detail::check_cuda(cudaGetDevice(&e.device), "cudaGetDevice");
+  {
+    detail::event_pool& pool = detail::events();
+    std::lock_guard lock(pool.mu);
+    auto const d = static_cast<std::size_t>(e.device);
+    if (d < pool.free.size() && !pool.free[d].empty()) {
+      e.event = pool.free[d].back();
+      pool.free[d].pop_back();
+    }
+  }
+  if (e.event == nullptr) {
+    detail::check_cuda(cudaEventCreateWithFlags(&e.event, cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags");
+  }
+  cudaError_t const status = cudaEventRecord(e.event, stream);
+  if (status != cudaSuccess) {
+    free_event(e);
+    detail::check_cuda(status, "cudaEventRecord");
+  }
+  return e;
+}
+
+bool cuda_backend::event_done(event_type const& e) {
+  cudaError_t const status = cudaEventQuery(e.event);
+  if (status == cudaErrorNotReady) {
+    // Not an error; should the runtime have kept it as the last error, clear it (only it), so
+    // that ccht's next launch does not report it as pending.
+    if (cudaPeekAtLastError() == cudaErrorNotReady) { (void)cudaGetLastError(); }
+    return false;
+  }
+  detail::check_cuda(status, "cudaEventQuery");
+  return true;
+}
+
+void cuda_backend::wait_event(event_type const& e) {
+  detail::check_cuda(cudaEventSynchronize(e.event), "cudaEventSynchronize");
+}
+
+void cuda_backend::free_event(event_type const& e) noexcept {
+  if (e.event == nullptr) { return; }
+  detail::event_pool& pool = detail::events();
+  try {
+    std::lock_guard lock(pool.mu);
+    auto const d = static_cast<std::size_t>(e.device);
+    if (pool.free.size() <= d) { pool.free.resize(d + 1); }
+    pool.free[d].push_back(e.event);
+  } catch (...) {  // no memory for the pool: destroy instead (errors ignored, as in deallocate)
+    if (cudaEventDestroy(e.event) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
 }
 
 bool cuda_backend::available() noexcept {

@@ -2,8 +2,9 @@
  * @file backend.hpp
  * @brief Backend tags that select where a ccht::table lives and runs (stdgpu-style).
  *
- * Each backend provides a stream type and the few memory primitives the table and the tests
- * need. CPU and CUDA tables can live in one program.
+ * Each backend provides a stream type, an event type that marks the work enqueued on a stream
+ * so far, and the few memory primitives the table and the tests need. CPU and CUDA tables can
+ * live in one program.
  */
 #pragma once
 
@@ -25,6 +26,9 @@ namespace ccht {
 
 /// Stream type of the CPU backend: work is done before the call returns, so it carries nothing.
 struct host_stream {};
+
+/// Event type of the CPU backend: the work before it is done by the time it is recorded.
+struct host_event {};
 
 /**
  * @brief The CPU backend: host memory, batches run over OpenMP threads (or serially when built
@@ -62,11 +66,27 @@ struct cpu_backend {
   }
   /// Waits for work on @p stream (nothing to wait for on the CPU).
   static void synchronize(stream_type = {}) {}
+  /// Event type: marks the work enqueued on a stream so far.
+  using event_type = host_event;
+  /// Marks the work enqueued on a stream so far (on the CPU it is already done).
+  static event_type record_event(stream_type = {}) noexcept { return {}; }
+  /// Whether the work an event marks is done (always, on the CPU).
+  static bool event_done(event_type) noexcept { return true; }
+  /// Blocks until the work an event marks is done (nothing to wait for on the CPU).
+  static void wait_event(event_type) noexcept {}
+  /// Gives back an event from record_event() (nothing to give back on the CPU).
+  static void free_event(event_type) noexcept {}
   /// Whether the backend can run here.
   static bool available() noexcept { return true; }
 };
 
 #if CCHT_WITH_CUDA
+/// Event type of the CUDA backend: a pooled cudaEvent_t (timing disabled) and its device.
+struct cuda_event {
+  cudaEvent_t event = nullptr;  ///< the event
+  int device = 0;               ///< the device it was created on (its pool)
+};
+
 /**
  * @brief The CUDA backend: device memory, warp-cooperative kernels, stream-ordered operations.
  *
@@ -90,6 +110,19 @@ struct cuda_backend {
                              stream_type stream = {});
   /// cudaStreamSynchronize; throws ccht::error on failure.
   static void synchronize(stream_type stream = {});
+  /// Event type: marks the work enqueued on a stream so far.
+  using event_type = cuda_event;
+  /// cudaEventRecord on @p stream of an event from a per-device pool (created with
+  /// cudaEventDisableTiming when the pool is empty). @p stream must belong to the current device.
+  /// Throws ccht::error on failure (the event goes back to the pool).
+  static event_type record_event(stream_type stream = {});
+  /// cudaEventQuery: whether the work before @p e is done. Throws ccht::error on failure.
+  static bool event_done(event_type const& e);
+  /// cudaEventSynchronize: blocks until the work before @p e is done. Throws ccht::error on
+  /// failure.
+  static void wait_event(event_type const& e);
+  /// Returns @p e to its device's pool (it may still be pending: recording it again is allowed).
+  static void free_event(event_type const& e) noexcept;
   /// Whether a usable GPU is present.
   static bool available() noexcept;
 };
