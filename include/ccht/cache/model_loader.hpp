@@ -162,11 +162,21 @@ class loaded_model {
   load_report const& report() const noexcept { return report_; }
   /// Whether the model still holds its pins.
   bool held() const noexcept { return cache_ != nullptr; }
-  /// Releases every tensor's pin; the pointers must not be used afterwards. Idempotent.
+  /// Releases every tensor's pin; the pointers must not be used afterwards, and work that reads
+  /// them must be done (else release(stream)). Idempotent. The destructor calls it.
   void release() {
     if (cache_ != nullptr) {
       auto* c = std::exchange(cache_, nullptr);
       c->release(keys_);
+    }
+  }
+  /// Releases every tensor's pin after the work enqueued on @p stream so far (kernels reading
+  /// the tensors): their pages are not reused before it is done (weight_cache::release).
+  /// Idempotent.
+  void release(typename Backend::stream_type stream) {
+    if (cache_ != nullptr) {
+      auto* c = std::exchange(cache_, nullptr);
+      c->release(keys_, stream);
     }
   }
 

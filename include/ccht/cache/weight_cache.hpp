@@ -26,9 +26,25 @@
  * **Budget.** The pool is exactly budget_bytes (a multiple of page_bytes); an object uses whole
  * pages. Pinned objects' pages are never evicted or remapped.
  *
- * **Stale views.** A page evicted from an object is unmapped from the object's range at once
- * (by the acquire that evicted it, before that acquire returns), so a pointer kept past release()
- * faults instead of reading another object's bytes, once the page is reused.
+ * **Stale views.** A page evicted from an object is unmapped from the object's range by the
+ * acquire that evicted it, before that acquire returns, so a pointer kept past release() faults
+ * instead of reading another object's bytes, once the page is reused.
+ *
+ * **Stream-ordered release (CUDA).** A kernel that reads an object may still run when its caller
+ * releases the object; if another thread's acquire then evicted a page, its cuMemUnmap would pull
+ * the page from under the kernel (cudaErrorIllegalAddress: sticky, the context is lost) and the
+ * new filler would overwrite bytes still being read. So:
+ *  - release(keys, stream) records an event on @p stream after the caller's work and keeps it with
+ *    each object. Before any page of an object is unmapped or remapped (eviction, erase, abandon,
+ *    a defensive remap, the destructor), the cache waits for every event of its releases that is
+ *    not done yet; a page is handed to a new filler only after that, since the acquire that
+ *    evicted it returns after the unmap. Releases on several streams are all waited for.
+ *  - release(keys) means the caller's work on the objects is done (host code, or it synchronized).
+ * A release never waits for its stream: it records an event (pooled, timing disabled) and
+ * queries it once, and an event already done is dropped at once, so releases whose work finished
+ * cost no wait anywhere. A wait happens under the cache's lock, so it delays the cache's other calls while
+ * a thrashing pool evicts an object whose reader still runs. On the CPU the work of a call is done
+ * when it returns: events are trivial and release(keys, stream) is release(keys).
  *
  * **Read-only once published.** A fill's pages are mapped writable for its filler; publish()
  * makes them read-only, and hits map pages read-only, so no holder can change the bytes that
@@ -132,6 +148,8 @@ struct weight_cache_stats {
   std::uint64_t pages_kept = 0;    ///< pages of fill acquires that were still resident
   std::uint64_t pages_evicted = 0; ///< pages evicted from objects by acquires
   std::uint64_t publishes = 0, abandons = 0, releases = 0, erases = 0;  ///< successful calls, per object
+  /// Unmaps that first waited for the stream work of an object's releases (release(keys, stream))
+  std::uint64_t release_waits = 0;
   std::size_t objects = 0;         ///< objects known (resident in whole or in part)
   std::size_t objects_pinned = 0;  ///< objects holding at least one pin
   std::size_t objects_filling = 0; ///< objects being filled
@@ -154,12 +172,18 @@ inline key_type object_page_key(key_type object, std::uint32_t index) noexcept {
  * @brief Objects of any size over a page pool, each contiguous while resident. Thread-safe:
  *        every call may run concurrently with every other from many host threads.
  * @tparam Backend ccht::cpu_backend or ccht::cuda_backend
+ * @tparam Events where release(keys, stream) records its event and how the cache waits for it:
+ *         the backend (default). A substitute provides stream_type, event_type and the static
+ *         record_event(stream), event_done(e), wait_event(e) and free_event(e) (noexcept) of
+ *         ccht::cpu_backend; the tests use one that records the cache's waits.
  */
-template <class Backend>
+template <class Backend, class Events = Backend>
 class weight_cache {
  public:
   using backend_type = Backend;                 ///< backend tag
   using page_cache_type = page_cache<Backend>;  ///< the page layer
+  using stream_type = typename Events::stream_type;  ///< stream of release(keys, stream)
+  using event_type = typename Events::event_type;    ///< what release(keys, stream) records
 
   /**
    * @brief A pool of exactly @p budget_bytes in pages of @p page_bytes, and its index.
@@ -196,9 +220,19 @@ class weight_cache {
   void publish(std::span<key_type const> keys);
   /// Gives up fills: the filled pages are freed, the pin released. @throws like publish()
   void abandon(std::span<key_type const> keys);
-  /// Releases one pin per key. @throws ccht::error invalid_argument for an unknown key, one with
-  /// no pin, or one still being filled (then nothing changed)
+  /// Releases one pin per key; the caller's work on the objects is done (host code, or it
+  /// synchronized). @throws ccht::error invalid_argument for an unknown key, one with no pin, or
+  /// one still being filled (then nothing changed)
   void release(std::span<key_type const> keys);
+  /**
+   * @brief Releases one pin per key after the work enqueued on @p stream so far: no page of these
+   *        objects is unmapped, remapped or given to another object before that work is done
+   *        (the eviction or erase that needs one waits for it; see "Stream-ordered release").
+   *
+   * Records one event on @p stream for the whole batch and never waits for it here.
+   * @throws like release(keys); or ccht::error when recording the event fails (nothing changed)
+   */
+  void release(std::span<key_type const> keys, stream_type stream);
   /**
    * @brief Erases unpinned objects: their pages are freed and their ranges returned.
    * @param results per key (may be empty): ok, unknown_key, pinned (held or being acquired) or
@@ -219,6 +253,7 @@ class weight_cache {
 
  private:
   struct record;
+  struct fence;
   struct owner {
     record* rec = nullptr;
     std::uint32_t index = 0;
@@ -238,6 +273,13 @@ class weight_cache {
   void page_op(detail::page_op op, std::span<key_type const> keys,
                std::span<page_result> results);
   void keys_of(record const& r, std::span<std::uint32_t const> indices, std::vector<key_type>& out) const;
+  void release_impl(std::span<key_type const> keys, stream_type const* stream);
+  fence* record_fence_locked(stream_type stream);
+  void poll_fences_locked();
+  void fence_done_locked(fence* f) noexcept;
+  void drop_fence_locked(fence* f) noexcept;
+  void wait_fences_locked(record& r);
+  void drop_fences_locked(record& r) noexcept;
 
   page_cache_type pages_;
   mutable std::mutex mu_;
@@ -245,6 +287,9 @@ class weight_cache {
   std::unordered_map<key_type, std::unique_ptr<record>> objects_;
   std::vector<owner> owners_;  ///< per page: the object range it is mapped in
   weight_cache_stats counts_{};
+  std::vector<std::unique_ptr<fence>> fences_;  ///< every fence made (reused, never shrinks)
+  std::vector<fence*> spare_fences_;            ///< fences no record names
+  std::vector<fence*> pending_fences_;          ///< fences whose work may still run
 };
 
 }  // namespace ccht

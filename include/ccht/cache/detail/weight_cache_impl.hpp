@@ -14,8 +14,8 @@
 
 namespace ccht {
 
-template <class Backend>
-struct weight_cache<Backend>::record {
+template <class Backend, class Events>
+struct weight_cache<Backend, Events>::record {
   key_type key = 0;
   std::size_t bytes = 0;
   std::uint32_t pages = 0;
@@ -26,6 +26,16 @@ struct weight_cache<Backend>::record {
   std::uint32_t busy = 0;            ///< acquires between their two critical sections
   bool loading = false;              ///< a filler holds it
   std::vector<std::uint32_t> fill;   ///< the filler's page indices
+  /// Releases whose stream work may still read the pages: waited for before an unmap.
+  std::vector<fence*> fences;
+};
+
+/// One release(keys, stream)'s event, shared by the objects of its batch.
+template <class Backend, class Events>
+struct weight_cache<Backend, Events>::fence {
+  event_type event{};
+  std::uint32_t users = 0;  ///< records that name it
+  bool done = false;        ///< its work is done and its event given back
 };
 
 namespace detail {
@@ -67,9 +77,9 @@ class staged {
 
 }  // namespace detail
 
-template <class Backend>
-weight_cache<Backend>::weight_cache(std::size_t budget_bytes, std::size_t page_bytes,
-                                    weight_cache_options options)
+template <class Backend, class Events>
+weight_cache<Backend, Events>::weight_cache(std::size_t budget_bytes, std::size_t page_bytes,
+                                            weight_cache_options options)
     : pages_(budget_bytes, page_bytes,
              page_cache_options{.table_ratio = options.table_ratio,
                                 .seed = options.seed,
@@ -82,50 +92,53 @@ weight_cache<Backend>::weight_cache(std::size_t budget_bytes, std::size_t page_b
   counts_.huge_pages = pages_.pool().huge_pages_used();
 }
 
-template <class Backend>
-weight_cache<Backend>::~weight_cache() {
+template <class Backend, class Events>
+weight_cache<Backend, Events>::~weight_cache() {
   std::lock_guard lock(mu_);
   for (auto& [k, r] : objects_) {
-    // The CPU's munmap of a whole range takes its mappings with it; CUDA must unmap first. A
-    // destructor never throws: a failed unmap leaves that range to the process's end.
-    if constexpr (!std::is_same_v<Backend, cpu_backend>) {
-      try {
-        unmap_locked(*r, 0, r->pages);
-      } catch (...) {
-        continue;
-      }
+    // Work enqueued before a release may still read the pages: wait for it first. The CPU's
+    // munmap of a whole range takes its mappings with it; CUDA must unmap first. A destructor
+    // never throws: a failed wait or unmap leaves that range to the process's end.
+    try {
+      if (!r->fences.empty()) { wait_fences_locked(*r); }
+      if constexpr (!std::is_same_v<Backend, cpu_backend>) { unmap_locked(*r, 0, r->pages); }
+    } catch (...) {
+      drop_fences_locked(*r);
+      continue;
     }
     pages_.pool().free_range(r->range, r->pages);
   }
+  while (!pending_fences_.empty()) { fence_done_locked(pending_fences_.back()); }
 }
 
-template <class Backend>
-void weight_cache<Backend>::forget_if_idle_locked(record* r) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::forget_if_idle_locked(record* r) {
   if (r == nullptr || r->pins != 0 || r->busy != 0 || r->loading || r->mapped_count != 0) {
     return;
   }
   // No owner entry names r (unmapping cleared them), so nothing refers to it any more.
+  drop_fences_locked(*r);  // none left in practice: the unmaps waited for them
   pages_.pool().free_range(r->range, r->pages);
   objects_.erase(r->key);
 }
 
-template <class Backend>
-auto weight_cache<Backend>::find_locked(key_type key) const -> record* {
+template <class Backend, class Events>
+auto weight_cache<Backend, Events>::find_locked(key_type key) const -> record* {
   auto it = objects_.find(key);
   return it == objects_.end() ? nullptr : it->second.get();
 }
 
-template <class Backend>
-void weight_cache<Backend>::keys_of(record const& r, std::span<std::uint32_t const> indices,
-                                    std::vector<key_type>& out) const {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::keys_of(record const& r, std::span<std::uint32_t const> indices,
+                                            std::vector<key_type>& out) const {
   for (std::uint32_t i : indices) { out.push_back(object_page_key(r.key, i)); }
 }
 
-template <class Backend>
-std::size_t weight_cache<Backend>::page_acquire(std::span<key_type const> keys,
-                                                std::span<page_id> pages,
-                                                std::span<page_status> status,
-                                                std::vector<page_id>& evicted) {
+template <class Backend, class Events>
+std::size_t weight_cache<Backend, Events>::page_acquire(std::span<key_type const> keys,
+                                                        std::span<page_id> pages,
+                                                        std::span<page_status> status,
+                                                        std::vector<page_id>& evicted) {
   evicted.clear();
   if (keys.empty()) { return 0; }
   // Pin what is resident first (lookup), then insert the rest: one batch that inserted a partly
@@ -170,9 +183,9 @@ std::size_t weight_cache<Backend>::page_acquire(std::span<key_type const> keys,
   return n;
 }
 
-template <class Backend>
-void weight_cache<Backend>::page_op(detail::page_op op, std::span<key_type const> keys,
-                                    std::span<page_result> results) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::page_op(detail::page_op op, std::span<key_type const> keys,
+                                            std::span<page_result> results) {
   if (keys.empty()) { return; }
   results = results.first(keys.size());
   detail::staged<Backend, key_type const> k(keys);
@@ -188,8 +201,9 @@ void weight_cache<Backend>::page_op(detail::page_op op, std::span<key_type const
   r.to_host();
 }
 
-template <class Backend>
-void weight_cache<Backend>::unmap_locked(record& r, std::uint32_t first, std::uint32_t count) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::unmap_locked(record& r, std::uint32_t first,
+                                                 std::uint32_t count) {
   std::uint32_t i = first;
   std::uint32_t const end = first + count;
   while (i < end) {
@@ -197,6 +211,8 @@ void weight_cache<Backend>::unmap_locked(record& r, std::uint32_t first, std::ui
       ++i;
       continue;
     }
+    // A kernel enqueued before one of the object's releases may still read these pages.
+    if (!r.fences.empty()) { wait_fences_locked(r); }
     std::uint32_t j = i;
     while (j < end && r.mapped[j] != no_page) {
       owner& o = owners_[r.mapped[j]];
@@ -210,8 +226,8 @@ void weight_cache<Backend>::unmap_locked(record& r, std::uint32_t first, std::ui
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::evicted_locked(std::span<page_id const> victims) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::evicted_locked(std::span<page_id const> victims) {
   // Each victim page is now held (filling) by this caller's acquire, so it cannot move again
   // before this runs: the owner entry still names the object it was evicted from.
   for (page_id p : victims) {
@@ -226,9 +242,9 @@ void weight_cache<Backend>::evicted_locked(std::span<page_id const> victims) {
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages,
-                                       std::span<page_status const> status) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::map_locked(record& r, std::span<page_id const> pages,
+                                               std::span<page_status const> status) {
   // Pages to fill are mapped writable (always anew), published pages read-only.
   auto const fill = [&](std::uint32_t k) { return status[k] == page_status::fill; };
   auto const needs_map = [&](std::uint32_t k) { return fill(k) || r.mapped[k] != pages[k]; };
@@ -262,10 +278,10 @@ void weight_cache<Backend>::map_locked(record& r, std::span<page_id const> pages
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::take_locked(std::span<object_request const> requests,
-                                        std::span<object_lease> leases,
-                                        std::vector<record*>& recs) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::take_locked(std::span<object_request const> requests,
+                                                std::span<object_lease> leases,
+                                                std::vector<record*>& recs) {
   for (auto const& q : requests) {
     if (record const* r = find_locked(q.key); r != nullptr && r->bytes != q.bytes) {
       throw error(error_code::invalid_argument,
@@ -308,9 +324,9 @@ void weight_cache<Backend>::take_locked(std::span<object_request const> requests
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::acquire(std::span<object_request const> requests,
-                                    std::span<object_lease> leases) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::acquire(std::span<object_request const> requests,
+                                            std::span<object_lease> leases) {
   if (leases.size() < requests.size()) {
     throw error(error_code::invalid_size, "weight_cache::acquire: " + std::to_string(leases.size()) +
                                               " leases for " + std::to_string(requests.size()) +
@@ -503,8 +519,8 @@ void weight_cache<Backend>::acquire(std::span<object_request const> requests,
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::protect_fill_locked(record const& r) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::protect_fill_locked(record const& r) {
   std::size_t i = 0;
   while (i < r.fill.size()) {  // r.fill is ascending: runs of consecutive indices, one call each
     std::size_t j = i + 1;
@@ -514,8 +530,8 @@ void weight_cache<Backend>::protect_fill_locked(record const& r) {
   }
 }
 
-template <class Backend>
-void weight_cache<Backend>::publish(std::span<key_type const> keys) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::publish(std::span<key_type const> keys) {
   std::lock_guard lock(mu_);
   std::vector<record*> recs;
   std::unordered_set<record const*> seen;
@@ -545,8 +561,8 @@ void weight_cache<Backend>::publish(std::span<key_type const> keys) {
   ready_.notify_all();
 }
 
-template <class Backend>
-void weight_cache<Backend>::abandon(std::span<key_type const> keys) {
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::abandon(std::span<key_type const> keys) {
   std::lock_guard lock(mu_);
   std::vector<record*> recs;
   std::unordered_set<record const*> seen;
@@ -586,8 +602,98 @@ void weight_cache<Backend>::abandon(std::span<key_type const> keys) {
   ready_.notify_all();
 }
 
-template <class Backend>
-void weight_cache<Backend>::release(std::span<key_type const> keys) {
+template <class Backend, class Events>
+auto weight_cache<Backend, Events>::record_fence_locked(stream_type stream) -> fence* {
+  if (spare_fences_.empty()) {  // made before the event, so a failure here leaks no event
+    fences_.push_back(std::make_unique<fence>());
+    spare_fences_.reserve(fences_.size());  // so drop_fence_locked never allocates
+    spare_fences_.push_back(fences_.back().get());
+  }
+  pending_fences_.reserve(pending_fences_.size() + 1);
+  event_type e = Events::record_event(stream);
+  bool done = false;
+  try {
+    done = Events::event_done(e);
+  } catch (...) {
+    Events::free_event(e);
+    throw;
+  }
+  if (done) {  // nothing of the caller's is still running: nothing to keep
+    Events::free_event(e);
+    return nullptr;
+  }
+  fence* f = spare_fences_.back();
+  spare_fences_.pop_back();
+  *f = fence{.event = e, .users = 0, .done = false};
+  pending_fences_.push_back(f);
+  return f;
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::fence_done_locked(fence* f) noexcept {
+  f->done = true;
+  Events::free_event(f->event);
+  auto it = std::find(pending_fences_.begin(), pending_fences_.end(), f);
+  if (it != pending_fences_.end()) {
+    *it = pending_fences_.back();
+    pending_fences_.pop_back();
+  }
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::poll_fences_locked() {
+  // Give back the events whose work is done, so objects that are never evicted keep none alive.
+  for (std::size_t i = 0; i < pending_fences_.size();) {
+    fence* f = pending_fences_[i];
+    if (Events::event_done(f->event)) {
+      fence_done_locked(f);  // swaps the last pending fence into i
+    } else {
+      ++i;
+    }
+  }
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::drop_fence_locked(fence* f) noexcept {
+  if (--f->users != 0) { return; }
+  if (!f->done) { fence_done_locked(f); }  // no object left to protect (the cache goes)
+  spare_fences_.push_back(f);  // cannot throw: it has room for every fence made
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::drop_fences_locked(record& r) noexcept {
+  for (fence* f : r.fences) { drop_fence_locked(f); }
+  r.fences.clear();
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::wait_fences_locked(record& r) {
+  bool waited = false;
+  for (fence* f : r.fences) {
+    if (f->done) { continue; }
+    if (!Events::event_done(f->event)) {  // a query first: most work has long finished
+      Events::wait_event(f->event);       // throws before anything is unmapped
+      waited = true;
+    }
+    fence_done_locked(f);
+  }
+  counts_.release_waits += waited;
+  drop_fences_locked(r);
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::release(std::span<key_type const> keys) {
+  release_impl(keys, nullptr);
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::release(std::span<key_type const> keys, stream_type stream) {
+  release_impl(keys, &stream);
+}
+
+template <class Backend, class Events>
+void weight_cache<Backend, Events>::release_impl(std::span<key_type const> keys,
+                                                 stream_type const* stream) {
   std::lock_guard lock(mu_);
   std::vector<record*> recs;
   std::unordered_map<key_type, std::uint32_t> times;
@@ -602,10 +708,30 @@ void weight_cache<Backend>::release(std::span<key_type const> keys) {
       why = "holds no pin to release";
     }
     if (!why.empty()) {
-      throw error(error_code::invalid_argument,
-                  "weight_cache::release: object " + std::to_string(k) + " " + why);
+      std::string msg = "weight_cache::release: object ";
+      msg += std::to_string(k);
+      msg += ' ';
+      msg += why;
+      throw error(error_code::invalid_argument, msg);
     }
     recs.push_back(r);
+  }
+  // The event goes on the objects before their pages can be evicted: another acquire evicts in
+  // its page batch, outside the lock, but unmaps (and hands the page on) only under it.
+  if (stream != nullptr && !recs.empty()) {
+    poll_fences_locked();
+    if (fence* f = record_fence_locked(*stream)) {
+      for (record* r : recs) {
+        std::erase_if(r->fences, [&](fence* g) {
+          if (!g->done) { return false; }
+          drop_fence_locked(g);
+          return true;
+        });
+        if (!r->fences.empty() && r->fences.back() == f) { continue; }  // a key given twice
+        r->fences.push_back(f);
+        ++f->users;
+      }
+    }
   }
   std::vector<key_type> pk;
   for (record* r : recs) {
@@ -619,9 +745,9 @@ void weight_cache<Backend>::release(std::span<key_type const> keys) {
   }
 }
 
-template <class Backend>
-std::size_t weight_cache<Backend>::erase(std::span<key_type const> keys,
-                                         std::span<page_result> results) {
+template <class Backend, class Events>
+std::size_t weight_cache<Backend, Events>::erase(std::span<key_type const> keys,
+                                                 std::span<page_result> results) {
   if (!results.empty() && results.size() < keys.size()) {
     throw error(error_code::invalid_size, "weight_cache::erase: " + std::to_string(results.size()) +
                                               " results for " + std::to_string(keys.size()) +
@@ -654,9 +780,9 @@ std::size_t weight_cache<Backend>::erase(std::span<key_type const> keys,
   return erased;
 }
 
-template <class Backend>
-bool weight_cache<Backend>::wait_ready(std::span<key_type const> keys,
-                                       std::chrono::milliseconds timeout) {
+template <class Backend, class Events>
+bool weight_cache<Backend, Events>::wait_ready(std::span<key_type const> keys,
+                                               std::chrono::milliseconds timeout) {
   auto const ready = [&] {
     for (key_type k : keys) {
       if (record const* r = find_locked(k); r != nullptr && r->loading) { return false; }
@@ -672,8 +798,8 @@ bool weight_cache<Backend>::wait_ready(std::span<key_type const> keys,
   return ready_.wait_for(lock, timeout, ready);
 }
 
-template <class Backend>
-weight_cache_stats weight_cache<Backend>::stats() const {
+template <class Backend, class Events>
+weight_cache_stats weight_cache<Backend, Events>::stats() const {
   page_cache_stats const ps = pages_.stats();
   std::lock_guard lock(mu_);
   weight_cache_stats s = counts_;
