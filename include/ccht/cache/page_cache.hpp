@@ -37,6 +37,18 @@
  *
  * **Pins are counts, not owners**: a release is matched against the count, so one holder that
  * releases twice is caught only when no pin is left (page_result::not_pinned).
+ *
+ * **Release in stream order (CUDA).** A release is a batch on its stream: the pin drops when the
+ * batch runs on the device, after the work enqueued on that stream before it. So release on the
+ * stream of the kernels or copies that read the pages (or on one made to wait for them with
+ * cudaStreamWaitEvent): the page cannot be evicted, and a new filler cannot get it, before those
+ * reads are done; no event and no host wait are needed. Nothing is unmapped, so a release on
+ * another stream is no fault but a silent wrong read: another caller's acquire may hand the page
+ * to a filler whose bytes the running kernel then reads. Beware the default: release(keys) and
+ * release_pages(pages) given no stream run on the calling thread's per-thread default stream,
+ * which is ordered after the legacy default stream's work but not after other streams'. The same
+ * holds for fills: publish on the stream of the copies that wrote the page. On the CPU every call
+ * finishes before it returns, so a release follows the caller's reads in program order.
  */
 #pragma once
 
@@ -182,7 +194,8 @@ class page_cache {
                      stream_type stream = {});
 
   /**
-   * @brief Releases one pin per key.
+   * @brief Releases one pin per key, in order after the work enqueued on @p stream (see "Release
+   *        in stream order": pass the stream that read the pages).
    * @throws ccht::error invalid_argument naming the first element that held no pin
    *         (not_pinned), was not resident (unknown_key) or is still being filled (filling);
    *         those elements change nothing, the others are released
