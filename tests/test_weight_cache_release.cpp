@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -26,7 +27,8 @@ using ccht::object_lease;
 using ccht::object_request;
 using ccht::object_status;
 
-/// Work still enqueued on a stream at its release: the test decides when it is done.
+/// Work still enqueued on a stream at its release: the test decides when it is done. It is the
+/// event the cache keeps, so it must outlive the cache (declare it first).
 struct host_work {
   std::atomic<bool> done{false};
   std::atomic<int> waits{0};
@@ -135,11 +137,11 @@ class WeightCacheRelease : public ::testing::Test {
 TEST_F(WeightCacheRelease, EvictionWaitsForTheReleasedStreamBeforeUnmapping) {
   key_type const a = 1, b = 2;
   std::size_t const bytes = 4 * page;
+  host_work kernel;  // still reads a after a's release
   {
     cache_t c(4 * page, page, {.cpu_threads = 1});
     object_lease const la = load_one(c, a, bytes);
     ASSERT_EQ(la.status, object_status::fill);
-    host_work kernel;  // still reads a after a's release
     bool mapped_during_wait = false;
     kernel.on_wait = [&] {
       mapped_during_wait = intact(la.data, a, bytes);
@@ -164,17 +166,16 @@ TEST_F(WeightCacheRelease, EvictionWaitsForTheReleasedStreamBeforeUnmapping) {
 }
 
 TEST_F(WeightCacheRelease, FinishedWorkIsEvictedWithoutWaiting) {
+  host_work done_before, done_later;
   cache_t c(4 * page, page, {.cpu_threads = 1});
   key_type const a = 1, b = 2, d = 3;
   // Done before the release: the event goes back at once, nothing is kept.
-  host_work done_before;
   done_before.finish();
   load_one(c, a, 2 * page);
   c.release({&a, 1}, stream_t{&done_before});
   EXPECT_EQ(test_events::recorded, 1);
   EXPECT_EQ(test_events::live(), 0);
   // Pending at the release, done before the eviction: no wait either.
-  host_work done_later;
   load_one(c, b, 2 * page);
   c.release({&b, 1}, stream_t{&done_later});
   EXPECT_EQ(test_events::live(), 1);
@@ -199,11 +200,11 @@ TEST_F(WeightCacheRelease, ReleaseWithoutAStreamRecordsNothingAndNeverWaits) {
 }
 
 TEST_F(WeightCacheRelease, EveryHoldersStreamIsWaitedFor) {
+  host_work k1, k2;
   cache_t c(4 * page, page, {.cpu_threads = 1});
   key_type const a = 1, b = 2;
   load_one(c, a, 4 * page);
   ASSERT_EQ(acquire_one(c, a, 4 * page).status, object_status::hit);  // a second holder
-  host_work k1, k2;
   std::vector<int> order;
   k1.on_wait = [&] { order.push_back(1); k1.finish(); };
   k2.on_wait = [&] { order.push_back(2); k2.finish(); };
@@ -216,10 +217,10 @@ TEST_F(WeightCacheRelease, EveryHoldersStreamIsWaitedFor) {
 }
 
 TEST_F(WeightCacheRelease, OneEventPerBatchWaitedForOnce) {
+  host_work kernel;
   cache_t c(4 * page, page, {.cpu_threads = 1});
   key_type const objs[3] = {1, 2, 3};
   for (key_type k : objs) { load_one(c, k, page); }
-  host_work kernel;
   kernel.on_wait = [&] { kernel.finish(); };
   c.release(objs, stream_t{&kernel});
   EXPECT_EQ(test_events::recorded, 1);
@@ -257,10 +258,11 @@ TEST_F(WeightCacheRelease, EraseAndDestructionWaitForTheReleasedStream) {
 }
 
 TEST_F(WeightCacheRelease, FinishedEventsAreGivenBackByLaterReleases) {
+  std::vector<host_work> works(50);
+  host_work last;
   cache_t c(8 * page, page, {.cpu_threads = 1});
   key_type const a = 1, b = 2;
   load_one(c, a, page);
-  std::vector<host_work> works(50);
   for (auto& w : works) {
     ASSERT_EQ(acquire_one(c, a, page).status, object_status::hit);
     c.release({&a, 1}, stream_t{&w});
@@ -269,7 +271,6 @@ TEST_F(WeightCacheRelease, FinishedEventsAreGivenBackByLaterReleases) {
   EXPECT_EQ(test_events::live(), 50);
   for (auto& w : works) { w.finish(); }
   load_one(c, b, page);
-  host_work last;
   c.release({&b, 1}, stream_t{&last});  // polls: a is never evicted, yet keeps no event
   EXPECT_EQ(test_events::live(), 1);
   last.finish();
@@ -292,6 +293,7 @@ TEST(WeightCacheReleaseCpu, StreamReleaseOnTheCpuBackendIsARelease) {
 // A reader keeps reading an object after its release while another thread evicts it over and
 // over: the reader must never lose a page or see another object's bytes.
 TEST(Concurrency, WeightCacheReaderAfterReleaseKeepsItsPages) {
+  std::deque<host_work> kernels;  // one per round, alive as long as the cache
   cache_t c(8 * page, page, {.cpu_threads = 1});
   std::size_t const bytes = 4 * page;
   key_type const a = 1;
@@ -312,7 +314,7 @@ TEST(Concurrency, WeightCacheReaderAfterReleaseKeepsItsPages) {
       continue;
     }
     ++rounds;
-    host_work kernel;
+    host_work& kernel = kernels.emplace_back();
     std::thread reader([&] {
       auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
       while (std::chrono::steady_clock::now() < until) { lost += !intact(la.data, a, bytes); }
