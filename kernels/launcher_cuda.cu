@@ -19,6 +19,7 @@
 // Before launching, every entry point checks that no CUDA error is pending from earlier work
 // (check_no_pending_error), so the error read after its own launch is its own.
 #include "bulk_kernels.cuh"
+#include "words_pool.hpp"
 
 #include <ccht/backend.hpp>
 #include <ccht/core/bucket.hpp>
@@ -32,9 +33,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace ccht::detail {
@@ -61,50 +60,6 @@ int current_device() {
 }
 
 // ---- per-call device words -----------------------------------------------------------------------
-
-/**
- * Stream-ordered pool for asynchronous calls' words on @p device, or null where memory pools are
- * unsupported. Its release threshold is unbounded: the few bytes it holds are reused by the next
- * call instead of being returned to the driver at every synchronisation (the default pool's
- * threshold of 0 would do that). Created once per device and kept until the process ends; each
- * thread caches the answer, so the mutex is taken once per thread and device.
- */
-cudaMemPool_t words_pool(int device) {
-  struct cached {
-    int device;
-    cudaMemPool_t pool;
-  };
-  thread_local std::vector<cached> seen;
-  for (cached const& c : seen) {
-    if (c.device == device) { return c.pool; }
-  }
-  static std::mutex mutex;
-  static std::unordered_map<int, cudaMemPool_t> pools;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = pools.find(device);
-  if (it == pools.end()) {
-    cudaMemPool_t pool = nullptr;
-    int supported = 0;
-    if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) ==
-            cudaSuccess &&
-        supported != 0) {
-      cudaMemPoolProps props{};
-      props.allocType = cudaMemAllocationTypePinned;
-      props.location.type = cudaMemLocationTypeDevice;
-      props.location.id = device;
-      if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
-        std::uint64_t threshold = UINT64_MAX;
-        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-      } else {
-        pool = nullptr;
-      }
-    }
-    (void)cudaGetLastError();  // a refused attribute or pool must not leak into later checks
-    it = pools.emplace(device, pool).first;
-  }
-  seen.push_back({device, it->second});
-  return it->second;
-}
 
 /// The reject words' resting value, and the initial value of all of a thread's words.
 constexpr std::size_t initial_words[num_call_words] = {0, no_reject, no_reject, 0};

@@ -19,6 +19,8 @@
 #include <ccht/error.hpp>
 #include <ccht/table_ref.hpp>
 
+#include "words_pool.hpp"
+
 #include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
@@ -319,20 +321,40 @@ void launch_op(page_ref<Policy> const& ref, page_counters* counters, page_batch 
   check_launch("page_op_kernel launch");
 }
 
+/// The words pool of the current device (null without memory pools: cudaMalloc, cudaFree).
+cudaMemPool_t current_words_pool() {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  return words_pool(device);
+}
+
 }  // namespace
 
+// A batch's words come from the table launcher's pool (words_pool.hpp), not the device's default
+// pool: with the default's release threshold of 0, every synchronisation would hand the memory
+// back to the driver and the next batch would allocate it again.
 std::size_t* page_cuda::acquire_words(cudaStream_t stream) {
   check_no_pending_error("page_cache");
   constexpr std::size_t bytes = pw_words * sizeof(std::size_t);
+  cudaMemPool_t const pool = current_words_pool();
   void* p = nullptr;
-  check_cuda(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync (page batch words)");
+  if (pool != nullptr) {
+    check_cuda(cudaMallocFromPoolAsync(&p, bytes, pool, stream),
+               "cudaMallocFromPoolAsync (page batch words)");
+  } else {
+    p = cuda_backend::allocate(bytes);
+  }
   auto* words = static_cast<std::size_t*>(p);
   cudaError_t st = cudaMemsetAsync(words, 0, bytes, stream);
   if (st == cudaSuccess) {  // first_error and reject (adjacent): ~0
     st = cudaMemsetAsync(words + pw_first_error, 0xff, 2 * sizeof(std::size_t), stream);
   }
   if (st != cudaSuccess) {
-    (void)cudaFreeAsync(words, stream);
+    if (pool != nullptr) {
+      (void)cudaFreeAsync(words, stream);
+    } else {
+      cuda_backend::deallocate(words);
+    }
     check_cuda(st, "cudaMemsetAsync (page batch words)");
   }
   return words;
@@ -345,7 +367,13 @@ void page_cuda::release_words(std::size_t* words, std::size_t* host, cudaStream_
                              stream);
     if (copied == cudaSuccess) { copied = cudaStreamSynchronize(stream); }
   }
-  cudaError_t const freed = cudaFreeAsync(words, stream);  // freed even if the copy failed
+  // Freed even if the copy failed; stream-ordered, so after the batch's kernels.
+  cudaError_t freed = cudaSuccess;
+  if (current_words_pool() != nullptr) {
+    freed = cudaFreeAsync(words, stream);
+  } else {
+    cuda_backend::deallocate(words);  // synchronises the device: only without memory pools
+  }
   check_cuda(copied, "cudaMemcpyAsync (page batch words)");
   check_cuda(freed, "cudaFreeAsync (page batch words)");
 }
