@@ -59,6 +59,29 @@ int current_device() {
   return device;
 }
 
+/// Makes the device that holds @p p current for the scope, then the caller's again: a table may
+/// live on another device than the one the calling thread has current.
+class device_scope {
+ public:
+  explicit device_scope(void const* p) : caller_(current_device()) {
+    cudaPointerAttributes a{};
+    check_cuda(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes");
+    if (a.type == cudaMemoryTypeDevice && a.device != caller_) {
+      check_cuda(cudaSetDevice(a.device), "cudaSetDevice");
+      switched_ = true;
+    }
+  }
+  ~device_scope() {
+    if (switched_ && cudaSetDevice(caller_) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+  device_scope(device_scope const&) = delete;
+  device_scope& operator=(device_scope const&) = delete;
+
+ private:
+  int caller_;
+  bool switched_ = false;
+};
+
 // ---- per-call device words -----------------------------------------------------------------------
 
 /// The reject words' resting value, and the initial value of all of a thread's words.
@@ -285,17 +308,30 @@ cuda_launcher::stream_type cuda_launcher::sync_stream(stream_type stream) noexce
   return stream == nullptr ? cudaStreamPerThread : stream;
 }
 
+// The counters take adds from every batch, on whatever stream it was given, non-blocking ones
+// included, which a legacy-stream cudaMemcpy or cudaMemset does not wait for. So both calls wait
+// for the whole device first (the contract in table.hpp), then finish their own copy or memset
+// before returning, so a batch issued after them is counted from the new value.
 access_counts cuda_launcher::read_counts(table_state const& s) {
   access_counts c{};
-  if (s.counts != nullptr) {  // cudaMemcpy waits for the legacy stream and blocking streams
-    check_cuda(cudaMemcpy(&c, s.counts, sizeof(c), cudaMemcpyDeviceToHost), "cudaMemcpy (counts)");
+  if (s.counts != nullptr) {
+    device_scope const on(s.counts);
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (access counters)");
+    check_cuda(cudaMemcpyAsync(&c, s.counts, sizeof(c), cudaMemcpyDeviceToHost,
+                               cudaStreamPerThread),
+               "cudaMemcpyAsync (access counters)");
+    check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
   }
   return c;
 }
 
 void cuda_launcher::reset_counts(table_state const& s) {
   if (s.counts != nullptr) {
-    check_cuda(cudaMemset(s.counts, 0, sizeof(access_counts)), "cudaMemset (counts)");
+    device_scope const on(s.counts);
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (access counters)");
+    check_cuda(cudaMemsetAsync(s.counts, 0, sizeof(access_counts), cudaStreamPerThread),
+               "cudaMemsetAsync (access counters)");
+    check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
   }
 }
 

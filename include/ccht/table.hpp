@@ -191,12 +191,24 @@ class table {
   /**
    * @brief Buckets and bytes touched by every bulk operation since construction or the last
    *        reset, when options().count_accesses is set (zeros otherwise). Refs in user kernels
-   *        are not counted. On CUDA it copies the counters from the device: call it once the
-   *        counted operations have completed (synchronous calls have when they return).
+   *        are not counted.
+   *
+   * On CUDA the counters live on the device and every batch adds to them on its own stream. This
+   * call first waits for all work on the table's device (cudaDeviceSynchronize: every stream,
+   * non-blocking ones and other libraries' work included), then copies them: the result counts
+   * every batch, synchronous or `_async`, issued before the call on any stream. A batch that
+   * another host thread issues meanwhile may or may not be counted. Being a device-wide wait, it
+   * must not be called while a stream capture in cudaStreamCaptureModeGlobal is in progress, and
+   * it reports an error left by earlier asynchronous work as a ccht::error.
    * @throws ccht::error on a CUDA failure
    */
   access_counts access_stats() const { return launcher::read_counts(state_); }
-  /// Sets the access counters to zero (same timing rule as access_stats()).
+  /**
+   * @brief Sets the access counters to zero. On CUDA it waits for all work on the table's device
+   *        first, as access_stats() does, and the zeros are written before it returns: batches
+   *        issued before the call are not counted afterwards, batches issued after it are.
+   * @throws ccht::error on a CUDA failure
+   */
   void reset_access_stats() { launcher::reset_counts(state_); }
 
   /// Number of entries (a snapshot when writers run concurrently).

@@ -75,10 +75,10 @@ inline constexpr std::size_t no_reject = ~std::size_t{0};
                       std::size_t* num_evicted, std::size_t* reject, stream_type stream);         \
   static std::size_t export_entries(table_state const& s, key_type* keys, value_type* values,     \
                                     std::size_t capacity, stream_type stream);                    \
-  /** Access counters so far (all zero when the table does not count); waits for the       \
-      device on CUDA. */                                                                      \
+  /** Access counters so far (all zero when the table does not count); on CUDA it waits           \
+      for the table's whole device first (table::access_stats documents the contract). */         \
   static access_counts read_counts(table_state const& s);                                         \
-  /** Zeroes the access counters (nothing when the table does not count). */                    \
+  /** Zeroes the access counters (nothing when the table does not count); same wait. */           \
   static void reset_counts(table_state const& s);                                                 \
   /** Throws ccht::error if an earlier async call was rejected, and resets the sticky word. */    \
   static void check_async_error(table_state const& s, stream_type stream);                        \
