@@ -56,14 +56,22 @@ struct vm<cpu_backend> {
 };
 
 #if CCHT_WITH_CUDA
-/// CUDA: one physical allocation per page (cuMemMap cannot map part of an allocation).
+/// CUDA: one physical allocation per page (cuMemMap cannot map part of an allocation), so map()
+/// maps a run page by page and rolls back on failure (map_rollback.hpp).
 template <>
 struct vm<cuda_backend> {
   struct state {
     std::vector<unsigned long long> handles;  ///< CUmemGenericAllocationHandle per page
     int device = 0;
+    /// The device's primary context (a CUcontext), retained by create and released by destroy;
+    /// every entry point makes it current for its driver calls (callers may be fresh threads).
+    void* context = nullptr;
     bool huge = true;          ///< GPU pages are at least the allocation granularity (2 MiB)
     std::size_t align = 0;     ///< cuMemGetAllocationGranularity (minimum)
+    std::size_t page_bytes = 0;
+    /// The CUmemAllocationHandleType the pages were created with: CU_MEM_HANDLE_TYPE_POSIX_FILE_
+    /// DESCRIPTOR (exportable to other processes) where the driver allows it, else 0 (none).
+    int handle_type = 0;
     /// Whether cuMemSetAccess accepted a read-only mapping (the first refusal turns it off).
     mutable bool read_only_ok = true;
   };
