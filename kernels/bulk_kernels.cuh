@@ -158,7 +158,9 @@ __device__ __forceinline__ void flush_block_count(unsigned& shared_count, std::s
  * one atomic add (so element i's tick is reject[word_tick_base] + i, in index order over the whole
  * batch).
  */
-__global__ void __launch_bounds__(stream_block_threads)
+// static (here and take_sticky_kernel): launcher_cuda.cuh includes this header in one
+// translation unit per policy, and a non-template kernel would be defined in each of them.
+static __global__ void __launch_bounds__(stream_block_threads)
     validate_batch_kernel(key_type const* keys, op_code const* ops, std::size_t n,
                           std::size_t* reject, std::size_t* sticky, std::size_t* count,
                           tick_type* clock) {
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(stream_block_threads)
 }
 
 /// Moves the table's sticky words to words[1..2] and resets them (check_async_error).
-__global__ void take_sticky_kernel(std::size_t* sticky, std::size_t* words) {
+static __global__ void take_sticky_kernel(std::size_t* sticky, std::size_t* words) {
   auto* s = reinterpret_cast<unsigned long long*>(sticky);
   words[1] = static_cast<std::size_t>(atomicExch(&s[0], ~0ull));
   words[2] = static_cast<std::size_t>(atomicExch(&s[1], ~0ull));

@@ -1,5 +1,7 @@
 // CUDA backend of ccht::table: detail::launcher<cuda_backend> (declared in
-// include/ccht/detail/launcher.hpp), over the kernels of bulk_kernels.cuh.
+// include/ccht/detail/launcher.hpp), over the kernels of bulk_kernels.cuh. The policy-templated
+// batches (find, insert_or_assign, execute) are in launcher_cuda.cuh, built one policy per
+// translation unit; this file holds everything else.
 //
 // Every keyed batch is two launches on its stream: validate_batch_kernel (reserved keys, op
 // codes, the count word, the batch's ticks) and the operation kernel, which does nothing when the
@@ -18,7 +20,7 @@
 // stream (sync_stream()), so calls from several host threads do not serialise on the legacy stream.
 // Before launching, every entry point checks that no CUDA error is pending from earlier work
 // (check_no_pending_error), so the error read after its own launch is its own.
-#include "bulk_kernels.cuh"
+#include "launcher_cuda.cuh"
 #include "words_pool.hpp"
 
 #include <ccht/backend.hpp>
@@ -37,21 +39,16 @@
 #include <vector>
 
 namespace ccht::detail {
+
+using namespace cuda_batch;
+
 namespace {
 
 using cuda_launcher = launcher<cuda_backend>;
-constexpr int B = default_bucket_size;
-/// Threads per key: one 16-lane tile loads one bucket's 16 keys (128 bytes) in one access.
-constexpr int tile_size = 16;
-using shape = kernels::shape<tile_size>;
-using view_type = bucket_array_view<B>;
 
 /// Words per call: [0] count, [1] reserved-key index, [2] bad op code (packed), [3] first tick.
 constexpr std::size_t num_call_words = 4;
 constexpr std::size_t call_words_bytes = num_call_words * sizeof(std::size_t);
-
-/// Upper bound on blocks of the grid-stride kernels: enough to fill any current GPU.
-constexpr unsigned max_stream_blocks = 2048;
 
 int current_device() {
   int device = 0;
@@ -132,8 +129,17 @@ void read_thread_words(std::size_t* words, std::size_t host[num_call_words], cud
   }
 }
 
-/// Allocates one asynchronous call's words, stream-ordered on @p stream, reject words set.
-std::size_t* allocate_words(cudaStream_t stream) {
+/// Message for a rejected op code, as the CPU backend words it (check_ops_host).
+std::string bad_op_message(char const* op, std::size_t packed) {
+  return std::string(op) + ": op code at index " + std::to_string(packed >> 8) + " (" +
+         std::to_string(packed & 0xffu) + ") is not a ccht::op_code";
+}
+
+}  // namespace
+
+// ---- per-call words of asynchronous calls, launch helpers (launcher_cuda.cuh) ------------------
+
+std::size_t* cuda_batch::allocate_words(cudaStream_t stream) {
   int const device = current_device();
   cudaMemPool_t const pool = words_pool(device);
   void* p = nullptr;
@@ -158,8 +164,7 @@ std::size_t* allocate_words(cudaStream_t stream) {
   return words;
 }
 
-/// Frees one asynchronous call's words after the work queued on @p stream so far (never throws).
-void free_words(std::size_t* words, cudaStream_t stream) noexcept {
+void cuda_batch::free_words(std::size_t* words, cudaStream_t stream) noexcept {
   if (words == nullptr) { return; }
   cudaMemPool_t pool = nullptr;
   try {
@@ -173,46 +178,9 @@ void free_words(std::size_t* words, cudaStream_t stream) noexcept {
   }
 }
 
-/// Message for a rejected op code, as the CPU backend words it (check_ops_host).
-std::string bad_op_message(char const* op, std::size_t packed) {
-  return std::string(op) + ": op code at index " + std::to_string(packed >> 8) + " (" +
-         std::to_string(packed & 0xffu) + ") is not a ccht::op_code";
-}
+void cuda_batch::check_launch(char const* what) { check_cuda(cudaGetLastError(), what); }
 
-/// The reject words of one batch: the synchronous caller's, or this call's own (async).
-class batch_words {
- public:
-  batch_words(std::size_t* reject, cudaStream_t stream) : stream_(stream) {
-    if (reject != nullptr) {
-      reject_ = reject;
-    } else {
-      own_ = allocate_words(stream);
-      reject_ = own_ + 1;
-    }
-  }
-  ~batch_words() { free_words(own_, stream_); }
-  batch_words(batch_words const&) = delete;
-  batch_words& operator=(batch_words const&) = delete;
-
-  /// Words the kernels read: [0] key index, [1] op code, [2] first tick.
-  std::size_t* reject() const noexcept { return reject_; }
-  /// Where the validation kernel mirrors a rejection: the table's sticky words for async calls.
-  std::size_t* sticky(table_state const& s) const noexcept {
-    return own_ != nullptr ? s.sticky_reject : nullptr;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::size_t* own_ = nullptr;
-  std::size_t* reject_ = nullptr;
-};
-
-// ---- launch helpers ------------------------------------------------------------------------------
-
-/// After a launch: no error was pending before it (check_no_pending_error), so this one is ours.
-void check_launch(char const* what) { check_cuda(cudaGetLastError(), what); }
-
-unsigned blocks_for(std::size_t n, std::size_t per_block, unsigned cap = UINT_MAX) {
+unsigned cuda_batch::blocks_for(std::size_t n, std::size_t per_block, unsigned cap) {
   std::size_t const b = (n + per_block - 1) / per_block;
   if (b > static_cast<std::size_t>(INT_MAX)) {
     throw error(error_code::invalid_size,
@@ -221,16 +189,15 @@ unsigned blocks_for(std::size_t n, std::size_t per_block, unsigned cap = UINT_MA
   return static_cast<unsigned>(b < cap ? (b == 0 ? 1 : b) : cap);
 }
 
-/// Runs the validation kernel of a batch of @p n > 0 elements.
-void validate(table_state const& s, key_type const* keys, op_code const* ops, std::size_t n,
-              batch_words const& w, std::size_t* count, bool take_ticks, cudaStream_t stream) {
+void cuda_batch::validate(table_state const& s, key_type const* keys, op_code const* ops,
+                          std::size_t n, batch_words const& w, std::size_t* count,
+                          bool take_ticks, cudaStream_t stream) {
   unsigned const blocks = blocks_for(n, kernels::stream_block_threads, max_stream_blocks);
   kernels::validate_batch_kernel<<<blocks, kernels::stream_block_threads, 0, stream>>>(
       keys, ops, n, w.reject(), w.sticky(s), count, take_ticks ? s.clock : nullptr);
   check_launch("validate_batch_kernel launch");
 }
 
-}  // namespace
 
 // ---- storage -------------------------------------------------------------------------------------
 
@@ -405,21 +372,6 @@ std::size_t cuda_launcher::export_entries(table_state const& s, key_type* keys, 
 
 // ---- keyed batches -------------------------------------------------------------------------------
 
-template <class Policy>
-void cuda_launcher::find(table_state const& s, key_type const* keys, value_type* values,
-                         bool* found, std::size_t n, std::size_t* reject, stream_type stream) {
-  check_no_pending_error("find");
-  if (n == 0) { return; }
-  batch_words const w(reject, stream);
-  // Ticks are taken even when the policy ignores them (fifo), as on the CPU backend, so that
-  // both backends advance the clock alike.
-  validate(s, keys, nullptr, n, w, nullptr, true, stream);
-  kernels::find_kernel<Policy, B, tile_size>
-      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, values, found, n, w.reject(), s.counts);
-  check_launch("find_kernel launch");
-}
-
 void cuda_launcher::contains(table_state const& s, key_type const* keys, bool* found,
                              std::size_t n, std::size_t* reject, stream_type stream) {
   check_no_pending_error("contains");
@@ -430,25 +382,6 @@ void cuda_launcher::contains(table_state const& s, key_type const* keys, bool* f
       <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
           s.view, keys, found, n, w.reject(), s.counts);
   check_launch("contains_kernel launch");
-}
-
-template <class Policy>
-void cuda_launcher::insert_or_assign(table_state const& s, key_type const* keys,
-                                     value_type const* values, std::size_t n,
-                                     key_type* evicted_keys, value_type* evicted_values,
-                                     std::size_t* num_evicted, std::size_t* reject,
-                                     stream_type stream) {
-  check_no_pending_error("insert_or_assign");
-  if (n == 0) {
-    check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
-    return;
-  }
-  batch_words const w(reject, stream);
-  validate(s, keys, nullptr, n, w, num_evicted, true, stream);
-  kernels::insert_or_assign_kernel<Policy, B, tile_size>
-      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, keys, values, n, evicted_keys, evicted_values, num_evicted, w.reject(), s.counts);
-  check_launch("insert_or_assign_kernel launch");
 }
 
 void cuda_launcher::erase(table_state const& s, key_type const* keys, std::size_t n,
@@ -467,45 +400,5 @@ void cuda_launcher::erase(table_state const& s, key_type const* keys, std::size_
           s.view, keys, n, num_erased, w.reject(), s.counts);
   check_launch("erase_kernel launch");
 }
-
-template <class Policy>
-void cuda_launcher::execute(table_state const& s, op_code const* ops, key_type const* keys,
-                            value_type const* values, value_type* values_out, op_status* status,
-                            std::size_t n, key_type* evicted_keys, value_type* evicted_values,
-                            std::size_t* num_evicted, std::size_t* reject, stream_type stream) {
-  check_no_pending_error("execute");
-  if (n == 0) {
-    check_cuda(cudaMemsetAsync(num_evicted, 0, sizeof(std::size_t), stream), "cudaMemsetAsync");
-    return;
-  }
-  batch_words const w(reject, stream);
-  validate(s, keys, ops, n, w, num_evicted, true, stream);
-  kernels::execute_kernel<Policy, B, tile_size>
-      <<<blocks_for(n, shape::items_per_block), shape::block_threads, 0, stream>>>(
-          s.view, ops, keys, values, values_out, status, n, evicted_keys, evicted_values,
-          num_evicted, w.reject(), s.counts);
-  check_launch("execute_kernel launch");
-}
-
-// Explicit instantiations: the three policies only (each adds three kernels to the build).
-#define CCHT_INSTANTIATE_CUDA(P)                                                                  \
-  template void cuda_launcher::find<P>(table_state const&, key_type const*, value_type*, bool*,   \
-                                       std::size_t, std::size_t*, stream_type);                   \
-  template void cuda_launcher::insert_or_assign<P>(table_state const&, key_type const*,           \
-                                                   value_type const*, std::size_t, key_type*,     \
-                                                   value_type*, std::size_t*, std::size_t*,       \
-                                                   stream_type);                                  \
-  template void cuda_launcher::execute<P>(table_state const&, op_code const*, key_type const*,    \
-                                          value_type const*, value_type*, op_status*,             \
-                                          std::size_t, key_type*, value_type*, std::size_t*,      \
-                                          std::size_t*, stream_type);
-CCHT_INSTANTIATE_CUDA(lru)
-CCHT_INSTANTIATE_CUDA(fifo)
-CCHT_INSTANTIATE_CUDA(lfu)
-CCHT_INSTANTIATE_CUDA(double_lru)
-CCHT_INSTANTIATE_CUDA(coarse_lru)
-CCHT_INSTANTIATE_CUDA(lru_cht)
-CCHT_INSTANTIATE_CUDA(random_cht)
-#undef CCHT_INSTANTIATE_CUDA
 
 }  // namespace ccht::detail
