@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The one prepared check of the CUDA backend on a lent GPU machine (H200). It passes only when a
-# GPU was really used: a kernel ran in the probe, every GPU test ran and passed (none skipped), the
-# benchmark printed its tables, the paper run finished and the sanitizers found nothing.
+# The one prepared check of the CUDA backend on a lent GPU machine: an H100 by default (the device
+# tool's nvidia-h100-x1), an H200 when that is what the lease gives. It passes only when a GPU was
+# really used: a kernel ran in the probe, every GPU test ran and passed (none skipped), the
+# benchmark printed its tables, the paper run finished and the four sanitizers found nothing.
 #
 # 1. Here, once (no GPU needed):   tools/gpu-check.sh --prepare
 #    The device machine reaches no package registry: this copies what the build needs and it lacks
@@ -13,14 +14,44 @@
 #    about 7 of the 15 device minutes. To rerun after a fix, call again at once: the machine stays
 #    warm only 30 s after a call, and a warm rerun keeps build-gpu/ (incremental build, ~3 min).
 #    Otherwise call give_back.
-# Steps, each bounded by `timeout` and by the budget's deadline: nvidia-smi and a CUDA probe (a
-# kernel built for sm_$GPU_CHECK_ARCH must run; any failure stops here, before the build), build of
-# the GPU targets only (ccht_tests_cuda, ccht_bench_gpu, the ccht CLI; ccache if present), the GPU
-# tests (ctest -L '^cuda$', 60 s per test; the page cache's cuda.PageCache.* among them),
-# ccht_bench_gpu (--policy all: the table's policies and the page cache), then `ccht paper --backend cuda` at a
-# small size while compute-sanitizer runs memcheck, synccheck and racecheck over small table,
-# model, device-ref and kick-out tests (on by default: they fit the budget; the paper's Mreq/s are
-# therefore not timings to quote; GPU_CHECK_SANITIZER=0 turns them off).
+#
+# Steps and their expected times on the device machine (16 cores). Estimates, none measured on a
+# GPU yet; [the step's own cap], every step also bounded by what is left of the budget:
+#   machine, toolkit, CUDA probe   ~10 s [none]  nvidia-smi, nvcc >= 12.5 (else stop at once),
+#                                               one kernel built for sm_$GPU_CHECK_ARCH that must
+#                                               run; any failure stops here, before the build
+#   GoogleTest (carried sources)   ~15 s [90+90 s]
+#   configure                      ~10 s [120 s]  Release, sm_$GPU_CHECK_ARCH, -lineinfo
+#   build                          ~35 s [300 s]  ccht_tests_cuda, ccht_bench_gpu, the ccht CLI
+#                                               (ccache if present; cold on a fresh machine)
+#   GPU tests                   30-60 s [200 s]  ctest -L '^cuda$', 60 s per test, cuda.PageCache.*
+#                                               among them
+#   ccht_bench_gpu              20-40 s [120 s]  --policy all: the table's policies and the page
+#                                               cache, against the GPU's own peak bandwidth
+#   paper run, in front            ~40 s [120 s]  `ccht paper --backend cuda` at a small size
+#   sanitizers, in the background 30-150 s [150 s each, beside the paper run] memcheck,
+#                                               synccheck, racecheck and initcheck, each over a
+#                                               few small tests (see step 5); the paper's Mreq/s
+#                                               are therefore not timings to quote;
+#                                               GPU_CHECK_SANITIZER=0 turns them off
+#   about 4 to 5 minutes in all, under the 330 s budget.
+# compute-sanitizer refused the device on the gVisor H200 machines seen on 2026-11-04
+# (/work/.library/device/KINDS.md); there the sanitizer steps fail and say so.
+#
+# Cold build of what step "build" builds (ccache off; the configure step's flags), on the 2-core
+# development VM, 2026-12-07, while other builds shared the machine (wall times were not
+# comparable, so CPU seconds; per translation unit from /usr/bin/time):
+#   before: one translation unit with every policy's table kernels, no -lineinfo:
+#           340 CPU s in all; longest translation unit kernels/launcher_cuda.cu, 36 s
+#           (on a quiet machine: 155 s wall at -j2, launcher_cuda.cu 30 s)
+#   after:  one translation unit per policy (CMakeLists.txt, kernels/launcher_cuda.cuh), -lineinfo:
+#           365 CPU s in all; longest launcher_cuda_double_lru.cu, 25 s, then tests/test_table.cpp
+#           (20 to 26 s over runs: about 15% is noise here). kernels/ went from 49 to 106 CPU s,
+#           since each unit parses the same headers; -lineinfo is 3% of that (103 CPU s without).
+# On 16 cores the compiles are bound by the longest one, so the estimate (the per-unit CPU times
+# scheduled longest first on 16 workers) drops from 36 s to about 25 s, plus a few seconds of
+# linking; on 2 cores the split costs time instead.
+#
 # Output under $OUT (else build-gpu-check/), 7 files, since the device tool returns at most 8:
 # gpu-check.log (everything), summary.txt (printed last), probe.txt, steps.txt, junit-cuda.xml,
 # bench.md, paper.md.
@@ -29,8 +60,9 @@
 #                                      they show a passing check (what the real run ends with;
 #                                      tests/gpu_check/ tests it on fixtures).
 # Environment: GPU_CHECK_BUDGET_S (330), GPU_CHECK_ARCH (90), GPU_CHECK_SANITIZER (1),
-# GPU_CHECK_SANITIZER_FILTER (a gtest filter for all three tools), GPU_CHECK_BENCH_ARGS
-# (--log2-slots 26 --reps 10 --policy all), GPU_CHECK_PAPER_ARGS (see paper_args below).
+# GPU_CHECK_SANITIZER_FILTER (one gtest filter, used as given, for all four tools instead of
+# theirs), GPU_CHECK_BENCH_ARGS (--log2-slots 26 --reps 10 --policy all), GPU_CHECK_PAPER_ARGS
+# (see paper_args below).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/build-gpu-deps"
@@ -74,9 +106,11 @@ verdict() {
     fails+=("no probe output: the check did not reach its first step")
   else
     if [ "$(kv status)" = ok ]; then
-      echo "GPU: $(kv gpu), compute capability $(kv cc), $(kv sms) SMs, $(kv memory_gib) GiB, $(kv devices) device(s)"
+      local bw
+      bw=$(kv bandwidth_gbs)
+      echo "GPU: $(kv gpu), compute capability $(kv cc), $(kv sms) SMs, $(kv memory_gib) GiB${bw:+, $bw GB/s peak}, $(kv devices) device(s)"
     else
-      echo "GPU: none usable: $(kv error)"
+      echo "GPU: none confirmed usable (the check stopped at its first step): $(kv error)"
       fails+=("GPU probe: $(kv error)")
     fi
     local drv dc rt tk
@@ -165,7 +199,7 @@ verdict() {
   fi
   if [ ${#fails[@]} -eq 0 ]; then
     local need=(configure build ctest bench paper)
-    if [[ $seen != *" sanitizer "* ]]; then need+=(memcheck synccheck racecheck); fi
+    if [[ $seen != *" sanitizer "* ]]; then need+=(memcheck synccheck racecheck initcheck); fi
     for step in "${need[@]}"; do
       if [[ $seen != *" $step "* ]]; then fails+=("step '$step' did not run (not in steps.txt)"); fi
     done
@@ -269,6 +303,15 @@ if ! command -v nvcc >/dev/null; then
   probe_fail "nvcc not found (not on PATH, not in /usr/local/cuda/bin): no CUDA toolkit to build with"
 fi
 printf 'nvcc=%s\n' "$(nvcc --version | grep -m1 release | sed 's/.*release/release/')" >>"$probe"
+# 12.5 or newer: host/cuda/vm_cuda.cpp reaches the driver through cudaGetDriverEntryPointByVersion,
+# new in 12.5. An older toolkit would fail late in the build; say so before anything runs.
+toolkit=$(nvcc --version | sed -n 's/.*release \([0-9][0-9]*\)\.\([0-9][0-9]*\).*/\1.\2/p' | head -1)
+if [ -z "$toolkit" ]; then
+  probe_fail "could not read the CUDA toolkit's release from '$(command -v nvcc) --version'"
+fi
+if [ "${toolkit%%.*}" -lt 12 ] || { [ "${toolkit%%.*}" -eq 12 ] && [ "${toolkit#*.}" -lt 5 ]; }; then
+  probe_fail "CUDA toolkit $toolkit ($(command -v nvcc)) is older than 12.5, which the build needs"
+fi
 cmake --version | head -1
 
 # The same code paths the tests take: count, properties, and one kernel built like the project's
@@ -304,6 +347,11 @@ int main() {
   check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
   std::printf("gpu=%s\ncc=%d.%d\nsms=%d\nmemory_gib=%.1f\nl2_mib=%d\n", p.name, p.major, p.minor,
               p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20);
+  // Peak memory bandwidth, as ccht_bench_gpu computes its bound: 2 x memory clock x bus width.
+  int khz = 0, bits = 0;
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, 0), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, 0), "cudaDeviceGetAttribute");
+  std::printf("bandwidth_gbs=%.0f\n", 2.0 * khz * 1e3 * (bits / 8.0) / 1e9);
   std::fflush(stdout);
   int* d = nullptr;
   int h[32] = {};
@@ -368,9 +416,10 @@ if command -v ccache >/dev/null; then
   export CCACHE_DIR="$root/build-gpu-ccache" CCACHE_BASEDIR="$root"
 fi
 
-step "configure (CUDA on, sm_$arch, tools $tools)"
+# -lineinfo: the sanitizers' reports name source lines; the code is optimised as in a release.
+step "configure (CUDA on, sm_$arch, -lineinfo, tools $tools)"
 if ! timeout "$(limit 120)" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCCHT_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    -DCCHT_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_FLAGS=-lineinfo \
     -DCCHT_BUILD_TESTS=ON -DCCHT_BUILD_BENCH=OFF -DCCHT_BUILD_GPU_BENCH=ON \
     -DCCHT_BUILD_TOOLS="$tools" -DCMAKE_PREFIX_PATH="$prefix_path"; then
   record FAIL configure "cmake failed or timed out (see gpu-check.log)"
@@ -420,13 +469,32 @@ if enough bench 30; then
 fi
 
 # ---- 5. sanitizers in the background, the paper run in front -----------------------------------
-# Small tests only (compute-sanitizer slows kernels 10-100x): bulk kernels (shared memory, tiles)
-# through TableApi/BadInput/TableModel, device refs, kick-out. The skipped-by-design test and
-# those that provoke CUDA errors on purpose (huge allocation, bad launch) stay out.
+# compute-sanitizer slows kernels 10-100x and adds a cost to every launch, so each tool runs the
+# few small tests that exercise what it checks. Never under any tool: the by-design skip, the
+# tests that provoke CUDA errors on purpose (huge allocation, bad launch), and the long ones:
+# DeviceRef.HotKey* (60 000 and 200 000 ops on one key), the large and long random batches, the
+# concurrent kick-out runs, and the access-count comparisons (thousands of one-op batches).
 san_never="*.$by_design:*.HugeAllocationIsOutOfMemory:*.PendingErrorFromEarlierWorkIsReportedAsSuch"
-san_small="TableApi.*:BadInput.*:TableModel/*.MatchesModelOddBucketCount:TableModel/*.InvariantsHoldUnderSmallBatchesTinyTable:DeviceRef.*:DeviceKickout.*:PageCache.FillPublishHitRelease:PageCache.PendingUntilPublishedNeverHalfFilled:PageCache.EraseRefusesPinnedPages:PageCache.AsyncVariantsReportThroughBackendWords"
-# racecheck is the slowest and only sees shared memory, which only the bulk kernels use.
-san_race="TableApi.*:BadInput.*:TableModel/*.InvariantsHoldUnderSmallBatchesTinyTable"
+san_never+=":DeviceRef.HotKey*:*.InvariantsHoldUnderLargeParallelBatches:DeviceKickout.Concurrent*"
+san_never+=":TableApi.AccessCounts*:PageCache.AccountingHoldsAfterLongRandomRuns"
+san_never+=":PageCache.SerialRequestsTrackExactLruOverUnpinnedPages"
+# memcheck: out-of-bounds and misaligned accesses, the weight cache's VMM mappings included.
+san_filter_memcheck="TableApi.*:BadInput.*:TableModel/lru.MatchesModelOddBucketCount:DeviceRef.*"
+san_filter_memcheck+=":DeviceKickout.TileMatchesScalarLruChtFull:PagePool.*:PageCache.FillPublishHitRelease"
+san_filter_memcheck+=":PageCache.EvictionsHandTheVictimsPageWithItsBytes:WeightCacheCuda.*"
+# synccheck: the tiles' collectives (ballot, shfl) and the block barriers.
+san_filter_synccheck="TableApi.*:BadInput.*:TableModel/lru.InvariantsHoldUnderSmallBatchesTinyTable"
+san_filter_synccheck+=":DeviceRef.InsertThenFindMatchesUnorderedMap:DeviceRef.ConcurrentFindsSeeOnlyTheirKeysValues"
+san_filter_synccheck+=":DeviceKickout.TileMatchesScalar*:PageCache.FillPublishHitRelease"
+san_filter_synccheck+=":PageCache.EvictionsHandTheVictimsPageWithItsBytes"
+# racecheck (the slowest): shared memory only, i.e. the bulk kernels' eviction buffers and counts
+# and the page kernels' tallies.
+san_filter_racecheck="TableApi.FreshTableIsEmpty:TableApi.ExportTruncatesButCountsEverything:BadInput.*"
+san_filter_racecheck+=":TableModel/lru.InvariantsHoldUnderSmallBatchesTinyTable:PageCache.FillPublishHitRelease"
+san_filter_racecheck+=":PageCache.EvictionsHandTheVictimsPageWithItsBytes"
+# initcheck: device memory read before anything wrote it (batch words, fresh tables and pages).
+san_filter_initcheck="TableApi.*:BadInput.*:DeviceRef.InsertThenFindMatchesUnorderedMap"
+san_filter_initcheck+=":PageCache.FillPublishHitRelease:PageCache.AsyncVariantsReportThroughBackendWords"
 sanitizer=""
 for s in compute-sanitizer /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   if command -v "$s" >/dev/null; then sanitizer=$(command -v "$s"); break; fi
@@ -440,13 +508,10 @@ elif [ ! -x "$build/tests/ccht_tests_cuda" ]; then
   record FAIL sanitizer "no ccht_tests_cuda binary to run"
 elif enough sanitizer 60; then
   san_limit=$(limit 150)
-  for tool in memcheck synccheck racecheck; do
-    filter=${GPU_CHECK_SANITIZER_FILTER:-$san_small}
-    if [ "$tool" = racecheck ] && [ -z "${GPU_CHECK_SANITIZER_FILTER:-}" ]; then
-      filter="$san_race:-$san_never:TableApi.AccessCounts*"
-    elif [ -z "${GPU_CHECK_SANITIZER_FILTER:-}" ]; then
-      filter="$filter:-$san_never"
-    fi
+  for tool in memcheck synccheck racecheck initcheck; do
+    filter_var=san_filter_$tool
+    filter="${!filter_var}:-$san_never"
+    if [ -n "${GPU_CHECK_SANITIZER_FILTER:-}" ]; then filter=$GPU_CHECK_SANITIZER_FILTER; fi
     echo "compute-sanitizer --tool $tool (limit $san_limit s): --gtest_filter=$filter"
     # API errors off: tests provoke invalid-argument errors on purpose; kernel faults still count.
     ( s0=$(date +%s)

@@ -4,7 +4,8 @@
 # (a) --verdict on the fixtures: only fixtures/pass passes, and the skip count is exact.
 # (b) the real script, with no usable GPU, must stop before the build, quickly, naming the cause,
 #     and leave nothing in the repository: with CUDA_VISIBLE_DEVICES= as found, with a failing
-#     nvidia-smi stub, and with a succeeding stub (so the nvcc probe itself must fail).
+#     nvidia-smi stub, with a succeeding stub (so the nvcc probe itself must fail), and with an
+#     nvcc stub of a toolkit older than 12.5 (refused before anything is built).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 script=${1:-$here/../../tools/gpu-check.sh}
@@ -38,13 +39,16 @@ verdict() {  # verdict CASE EXPECTED_RC PATTERN...: the summary must match every
   ok "verdict $name: exit $rc"
 }
 verdict pass 0 'GPU tests: 6 registered, 6 ran, 6 passed, 0 failed, 0 skipped' \
-  'GPU: NVIDIA H200' 'driver: 580\.159\.04' 'toolkit: nvcc release 13\.0' 'gpu-check: PASS$'
+  'GPU: NVIDIA H200' '4917 GB/s peak' 'driver: 580\.159\.04' 'toolkit: nvcc release 13\.0' \
+  'gpu-check: PASS$'
 # Its log holds each skip twice ("[  SKIPPED ]" per test and in the list): counted once.
 verdict one-skipped 1 ', 5 passed, 0 failed, 1 skipped$' 'skipped: cuda\.BadInput\.EmptyBatchesAreNoOps' \
   'FAIL: 1 GPU test\(s\) skipped' 'gpu-check: FAIL'
 verdict one-failed 1 ', 5 passed, 1 failed, 0 skipped$' 'failed: cuda\.DeviceRef\.HotKeyLfu' 'gpu-check: FAIL'
 verdict bench-no-table 1 'FAIL: benchmark: .*nothing measured' 'gpu-check: FAIL'
 verdict zero-tests 1 'FAIL: zero GPU tests ran' 'gpu-check: FAIL'
+# Everything passed, but one of the four sanitizers never reported: not a pass.
+verdict no-initcheck 1 "FAIL: step 'initcheck' did not run" 'gpu-check: FAIL'
 # A real `ctest -L '^cuda$' --output-junit` of this suite on a machine without a GPU: everything
 # skips, and the benchmark's smoke test (exit 0, "nothing measured") counts as skipped too.
 verdict no-gpu-ctest 1 'GPU tests: 49 registered, 0 ran, 0 passed, 0 failed, 49 skipped$' \
@@ -97,6 +101,11 @@ chmod +x "$work/smi-fail/nvidia-smi" "$work/smi-ok/nvidia-smi"
 run_check nvidia-smi-fails 'nvidia-smi failed \(exit 9\): NVIDIA-SMI has failed' \
   PATH="$work/smi-fail:$PATH"
 run_check nvidia-smi-stub "$probe_cause" PATH="$work/smi-ok:$PATH" CUDA_VISIBLE_DEVICES=
+mkdir -p "$work/nvcc-old"
+printf '#!/bin/sh\necho "nvcc: NVIDIA (R) Cuda compiler driver"\necho "Cuda compilation tools, release 12.4, V12.4.131"\n' \
+  >"$work/nvcc-old/nvcc"
+chmod +x "$work/nvcc-old/nvcc"
+run_check old-toolkit 'CUDA toolkit 12\.4 .*is older than 12\.5' PATH="$work/nvcc-old:$work/smi-ok:$PATH"
 if [ "$have_nvcc" = 1 ] && ! grep -q '^runtime=' "$work/nvidia-smi-stub/probe.txt"; then
   bad "nvidia-smi-stub: the probe did not run (no runtime= in probe.txt)"
 fi
