@@ -9,6 +9,7 @@
 #include <ccht/core/hash.hpp>
 #include <ccht/core/policy.hpp>
 #include <ccht/core/tile.hpp>
+#include <ccht/lanes/lockstep_tile.hpp>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,8 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -70,15 +73,17 @@ std::uint32_t pinned_bucket(core_table<Bs> const& t, key_type k, ccht::candidate
   return ~std::uint32_t{0};
 }
 
-template <class Policy, int Bs>
+/// Checks the core op by op against the reference model, on a tile of @p Lanes lanes (1: the
+/// CPU backend's scalar_tile; more: a lockstep tile, as the CUDA kernels run it).
+template <class Policy, int Bs, unsigned Lanes = 1>
 void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
                           std::uint64_t seed, unsigned rng_seed, int ops_per_tick = 1,
                           bool with_pins = false) {
   using ops = ccht::bucket_ops<Policy, Bs>;
+  auto const on_tile = [](auto&& f) { return ccht::lanes::on_tile<Lanes>(f); };
   core_table<Bs> t(nb, seed);
   reference_model<Policy, Bs> m(nb, seed);
   std::mt19937_64 rng(rng_seed);
-  ccht::scalar_tile const tile{};
   std::size_t evictions = 0, no_space = 0;
   for (int step = 0; step < steps; ++step) {
     key_type const k = (rng() % universe) * 7919 + 3;
@@ -89,16 +94,22 @@ void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
     // ops_per_tick > 1 repeats ticks (as racing threads may), so the tie rules decide victims.
     tick_type const tick = 1 + tick_type(step / ops_per_tick);
     if (kind < 4) {
-      value_type v = 0xfeed;
-      bool const hit = ops::find(tile, t.view, k, tick, v);
+      auto const [hit, v] = on_tile([&](auto const& tile) {
+        value_type val = 0xfeed;
+        bool const h = ops::find(tile, t.view, k, tick, val);
+        return std::pair{h, val};
+      });
       auto const mv = m.find(k, tick);
       ASSERT_EQ(hit, mv.has_value()) << "find " << k << " step " << step;
       if (hit) { ASSERT_EQ(v, *mv) << "find " << k << " step " << step; }
     } else if (kind < 8) {
       value_type const val = rng();
-      key_type ek = 0;
-      value_type ev = 0;
-      op_status const s = ops::insert_or_assign(tile, t.view, k, val, tick, ek, ev);
+      auto const [s, ek, ev] = on_tile([&](auto const& tile) {
+        key_type e = 0;
+        value_type ev_ = 0;
+        op_status const st = ops::insert_or_assign(tile, t.view, k, val, tick, e, ev_);
+        return std::tuple{st, e, ev_};
+      });
       auto const u = m.insert_or_assign(k, val, tick);
       ASSERT_EQ(s, u.status) << "upsert " << k << " step " << step;
       if (s == op_status::inserted_evicted) {
@@ -109,20 +120,27 @@ void run_core_equivalence(std::uint32_t nb, std::uint32_t universe, int steps,
       no_space += s == op_status::no_space;
       writes = true;
     } else if (kind == 8) {
-      ASSERT_EQ(ops::erase(tile, t.view, k), m.erase(k)) << "erase " << k << " step " << step;
+      bool const erased = on_tile([&](auto const& tile) { return ops::erase(tile, t.view, k); });
+      ASSERT_EQ(erased, m.erase(k)) << "erase " << k << " step " << step;
       writes = true;
     } else if (kind == 9) {
-      ASSERT_EQ(ops::contains(tile, t.view, k), m.contains(k)) << "contains " << k;
+      bool const has = on_tile([&](auto const& tile) { return ops::contains(tile, t.view, k); });
+      ASSERT_EQ(has, m.contains(k)) << "contains " << k;
     } else if constexpr (Policy::pinnable) {
       // Pins: unpins a little rarer than pins, so buckets fill with pinned entries (no_space).
       writes = m.contains(k);
       if (kind < 12) {
-        value_type v = 0, mv = 0;
-        auto const st = ops::pin(tile, t.view, k, v);
+        value_type mv = 0;
+        auto const [st, v] = on_tile([&](auto const& tile) {
+          value_type val = 0;
+          auto const r = ops::pin(tile, t.view, k, val);
+          return std::pair{r, val};
+        });
         ASSERT_EQ(st, m.pin(k, mv)) << "pin " << k << " step " << step;
         if (st != ccht::pin_status::absent) { ASSERT_EQ(v, mv) << "pin " << k; }
       } else {
-        ASSERT_EQ(ops::unpin(tile, t.view, k, tick), m.unpin(k, tick)) << "unpin " << k << " step " << step;
+        auto const st = on_tile([&](auto const& tile) { return ops::unpin(tile, t.view, k, tick); });
+        ASSERT_EQ(st, m.unpin(k, tick)) << "unpin " << k << " step " << step;
       }
     }
     // Writers lock and release exactly their two buckets (+2 each), a pin or unpin only the
@@ -171,6 +189,24 @@ TEST(CoreModelPins, LruBucketSize1) {
 
 TEST(CoreModelWide, BucketSize32Lru) {
   run_core_equivalence<ccht::lru, 32>(3, 250, 20000, 8, 34);
+}
+
+// The same model checks with the lanes of a GPU tile (include/ccht/lanes): 4 lanes on 4-slot
+// buckets, 16 (the kernels' width) and 32 (a warp) on wider ones; tied ticks and pins included.
+TYPED_TEST(CoreModel, BucketSize4FourLanesTiedTicks) {
+  run_core_equivalence<TypeParam, 4, 4>(3, 40, 6000, 0x71e5, 35, 8);
+}
+TYPED_TEST(CoreModel, BucketSize16SixteenLanes) {
+  run_core_equivalence<TypeParam, 16, 16>(4, 160, 6000, 0x16, 39);
+}
+TEST(CoreModelPins, LruBucketSize4TwoLanes) {
+  run_core_equivalence<ccht::lru, 4, 2>(4, 40, 6000, 0x9140, 36, 1, true);
+}
+TEST(CoreModelPins, FifoBucketSize4FourLanes) {
+  run_core_equivalence<ccht::fifo, 4, 4>(4, 40, 6000, 0x9141, 37, 1, true);
+}
+TEST(CoreModelWide, BucketSize32LruWarpLanes) {
+  run_core_equivalence<ccht::lru, 32, 32>(3, 250, 4000, 8, 34);
 }
 
 TEST(CoreOps, FifoFindsWriteNothing) {
