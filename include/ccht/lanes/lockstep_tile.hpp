@@ -41,7 +41,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -143,8 +142,9 @@ T unpack(std::uint64_t w) noexcept {
  *        core/tile.hpp with CUDA's semantics (`ballot` bit i is lane i; `shfl` and `shfl_xor`
  *        of values up to 64 bits). Made by ccht::lanes::run, never by hand.
  *
- * Each collective records its call site (the default std::source_location argument), so the
- * runner can tell that every lane reached the same one.
+ * Each collective records its call site (default arguments of __builtin_FILE, __builtin_LINE
+ * and __builtin_COLUMN, which GCC and clang evaluate where the collective is called; clang 14's
+ * std::source_location is missing), so the runner can tell that every lane reached the same one.
  */
 template <unsigned N>
 class lockstep_tile {
@@ -161,29 +161,31 @@ class lockstep_tile {
   unsigned thread_rank() const noexcept { return rank_; }
 
   /// Bit i set when lane i's predicate holds.
-  unsigned ballot(bool p, std::source_location loc = std::source_location::current()) const {
-    return static_cast<unsigned>(meet(loc, collective::ballot, p ? 1u : 0u, 0));
+  unsigned ballot(bool p, char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
+                  unsigned column = __builtin_COLUMN()) const {
+    return static_cast<unsigned>(meet({file, line, column, collective::ballot}, p ? 1u : 0u, 0));
   }
   /// Value of @p v held by lane @p src (a source outside the tile is a hazard).
   template <class T>
-  T shfl(T v, unsigned src, std::source_location loc = std::source_location::current()) const {
-    return detail::unpack<T>(meet(loc, collective::shfl, detail::pack(v), src));
+  T shfl(T v, unsigned src, char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
+         unsigned column = __builtin_COLUMN()) const {
+    return detail::unpack<T>(meet({file, line, column, collective::shfl}, detail::pack(v), src));
   }
   /// Value of @p v held by lane (rank ^ @p mask) (a mask reaching outside the tile is a hazard).
   template <class T>
-  T shfl_xor(T v, unsigned mask,
-             std::source_location loc = std::source_location::current()) const {
-    return detail::unpack<T>(meet(loc, collective::shfl_xor, detail::pack(v), mask));
+  T shfl_xor(T v, unsigned mask, char const* file = __builtin_FILE(),
+             unsigned line = __builtin_LINE(), unsigned column = __builtin_COLUMN()) const {
+    return detail::unpack<T>(
+        meet({file, line, column, collective::shfl_xor}, detail::pack(v), mask));
   }
   /// Barrier across the tile.
-  void sync(std::source_location loc = std::source_location::current()) const {
-    (void)meet(loc, collective::sync, 0, 0);
+  void sync(char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
+            unsigned column = __builtin_COLUMN()) const {
+    (void)meet({file, line, column, collective::sync}, 0, 0);
   }
 
  private:
-  std::uint64_t meet(std::source_location const& loc, collective kind, std::uint64_t value,
-                     unsigned arg) const {
-    detail::call_site const site{loc.file_name(), loc.line(), loc.column(), kind};
+  std::uint64_t meet(detail::call_site const& site, std::uint64_t value, unsigned arg) const {
     return detail::arrive(group_, rank_, site, value, arg);
   }
 
