@@ -45,6 +45,24 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#if __has_include(<source_location>)
+#include <source_location>
+#endif
+
+// A collective's call site, taken by a default argument where the collective is called:
+// std::source_location where the library has it, else the builtins it is made of (clang 14 with
+// libstdc++ 12 has no std::source_location, and GCC 12 no __builtin_COLUMN).
+#if defined(__cpp_lib_source_location)
+#define CCHT_LANES_SITE_PARAM std::source_location loc = std::source_location::current()
+#define CCHT_LANES_SITE(kind) \
+  ::ccht::lanes::detail::call_site { loc.file_name(), loc.line(), loc.column(), kind }
+#else
+#define CCHT_LANES_SITE_PARAM                                                             \
+  char const *file = __builtin_FILE(), unsigned line = __builtin_LINE(), \
+              unsigned column = __builtin_COLUMN()
+#define CCHT_LANES_SITE(kind) \
+  ::ccht::lanes::detail::call_site { file, line, column, kind }
+#endif
 
 namespace ccht::lanes {
 
@@ -142,9 +160,8 @@ T unpack(std::uint64_t w) noexcept {
  *        core/tile.hpp with CUDA's semantics (`ballot` bit i is lane i; `shfl` and `shfl_xor`
  *        of values up to 64 bits). Made by ccht::lanes::run, never by hand.
  *
- * Each collective records its call site (default arguments of __builtin_FILE, __builtin_LINE
- * and __builtin_COLUMN, which GCC and clang evaluate where the collective is called; clang 14's
- * std::source_location is missing), so the runner can tell that every lane reached the same one.
+ * Each collective records its call site (a default argument evaluated where the collective is
+ * called), so the runner can tell that every lane reached the same one.
  */
 template <unsigned N>
 class lockstep_tile {
@@ -161,28 +178,21 @@ class lockstep_tile {
   unsigned thread_rank() const noexcept { return rank_; }
 
   /// Bit i set when lane i's predicate holds.
-  unsigned ballot(bool p, char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
-                  unsigned column = __builtin_COLUMN()) const {
-    return static_cast<unsigned>(meet({file, line, column, collective::ballot}, p ? 1u : 0u, 0));
+  unsigned ballot(bool p, CCHT_LANES_SITE_PARAM) const {
+    return static_cast<unsigned>(meet(CCHT_LANES_SITE(collective::ballot), p ? 1u : 0u, 0));
   }
   /// Value of @p v held by lane @p src (a source outside the tile is a hazard).
   template <class T>
-  T shfl(T v, unsigned src, char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
-         unsigned column = __builtin_COLUMN()) const {
-    return detail::unpack<T>(meet({file, line, column, collective::shfl}, detail::pack(v), src));
+  T shfl(T v, unsigned src, CCHT_LANES_SITE_PARAM) const {
+    return detail::unpack<T>(meet(CCHT_LANES_SITE(collective::shfl), detail::pack(v), src));
   }
   /// Value of @p v held by lane (rank ^ @p mask) (a mask reaching outside the tile is a hazard).
   template <class T>
-  T shfl_xor(T v, unsigned mask, char const* file = __builtin_FILE(),
-             unsigned line = __builtin_LINE(), unsigned column = __builtin_COLUMN()) const {
-    return detail::unpack<T>(
-        meet({file, line, column, collective::shfl_xor}, detail::pack(v), mask));
+  T shfl_xor(T v, unsigned mask, CCHT_LANES_SITE_PARAM) const {
+    return detail::unpack<T>(meet(CCHT_LANES_SITE(collective::shfl_xor), detail::pack(v), mask));
   }
   /// Barrier across the tile.
-  void sync(char const* file = __builtin_FILE(), unsigned line = __builtin_LINE(),
-            unsigned column = __builtin_COLUMN()) const {
-    (void)meet({file, line, column, collective::sync}, 0, 0);
-  }
+  void sync(CCHT_LANES_SITE_PARAM) const { (void)meet(CCHT_LANES_SITE(collective::sync), 0, 0); }
 
  private:
   std::uint64_t meet(detail::call_site const& site, std::uint64_t value, unsigned arg) const {
@@ -259,3 +269,6 @@ decltype(auto) on_tile(F&& f) {
 }
 
 }  // namespace ccht::lanes
+
+#undef CCHT_LANES_SITE_PARAM
+#undef CCHT_LANES_SITE
