@@ -246,9 +246,7 @@ void page_launcher<cpu_backend>::run(page_ref<Policy> const& ref, table_ref<Poli
     tally t;
     std::size_t run = 0;
     for (; run < b.n; ++run) {
-      page_op_result const r = on_cpu_tile(nullptr, [&](auto const& tile, access_counts*) {
-        return ref.lookup(tile, b.keys[run]);
-      });
+      page_op_result const r = run_one<page_op::lookup>(ref, b, run, base + run, nullptr);
       t.count(page_op::lookup, r, run);
       if (r.status != page_status::hit) { break; }
       b.pages_out[run] = r.page;

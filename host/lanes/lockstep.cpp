@@ -355,11 +355,16 @@ void note_store(void const* address) noexcept {
 
 namespace {
 
-/// Stops a run: the parked lanes are abandoned (their stacks are laid out afresh next time).
-[[noreturn]] void stop(lane_group& g, hazard_kind kind, std::string const& report) {
+/// Abandons the lanes still inside the body: their stacks are laid out afresh next time.
+void abandon(lane_group& g) {
   for (unsigned l = 0; l < g.lanes; ++l) {
     if (!g.lane[l]->done) { g.lane[l]->dirty = true; }
   }
+}
+
+/// Stops a run with a hazard.
+[[noreturn]] void stop(lane_group& g, hazard_kind kind, std::string const& report) {
+  abandon(g);
   throw hazard(kind, report);
 }
 
@@ -453,9 +458,7 @@ void run_lanes(unsigned lanes, lane_body body, void* context, run_options const&
     for (unsigned l = 0; l < lanes; ++l) {
       if (g.lane[l]->error) {
         std::exception_ptr const e = std::exchange(g.lane[l]->error, nullptr);
-        for (unsigned o = 0; o < lanes; ++o) {
-          if (!g.lane[o]->done) { g.lane[o]->dirty = true; }
-        }
+        abandon(g);
         std::rethrow_exception(e);
       }
     }

@@ -41,48 +41,31 @@ class atomic_ref_t : public cuda::atomic_ref<T, cuda::thread_scope_device> {
 
  public:
   explicit atomic_ref_t(T& x) noexcept : base(x), p_(&x) {}
-  void store(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    base::store(v, o);
-  }
-  T fetch_add(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::fetch_add(v, o);
-  }
-  T fetch_sub(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::fetch_sub(v, o);
-  }
-  T fetch_max(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::fetch_max(v, o);
-  }
-  T fetch_min(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::fetch_min(v, o);
-  }
-  T exchange(T v, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::exchange(v, o);
-  }
+  void store(T v, order o = seq) const noexcept { noted().store(v, o); }
+  T fetch_add(T v, order o = seq) const noexcept { return noted().fetch_add(v, o); }
+  T fetch_sub(T v, order o = seq) const noexcept { return noted().fetch_sub(v, o); }
+  T fetch_max(T v, order o = seq) const noexcept { return noted().fetch_max(v, o); }
+  T fetch_min(T v, order o = seq) const noexcept { return noted().fetch_min(v, o); }
+  T exchange(T v, order o = seq) const noexcept { return noted().exchange(v, o); }
   bool compare_exchange_strong(T& e, T d, order s, order f) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::compare_exchange_strong(e, d, s, f);
+    return noted().compare_exchange_strong(e, d, s, f);
   }
   bool compare_exchange_strong(T& e, T d, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::compare_exchange_strong(e, d, o);
+    return noted().compare_exchange_strong(e, d, o);
   }
   bool compare_exchange_weak(T& e, T d, order s, order f) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::compare_exchange_weak(e, d, s, f);
+    return noted().compare_exchange_weak(e, d, s, f);
   }
   bool compare_exchange_weak(T& e, T d, order o = seq) const noexcept {
-    ccht::lanes::detail::note_store(p_);
-    return base::compare_exchange_weak(e, d, o);
+    return noted().compare_exchange_weak(e, d, o);
   }
 
  private:
+  /// Reports the store about to happen, then hands over the plain reference that makes it.
+  base const& noted() const noexcept {
+    ccht::lanes::detail::note_store(p_);
+    return *this;
+  }
   T* p_;
 };
 #else
