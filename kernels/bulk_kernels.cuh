@@ -1,35 +1,20 @@
 /**
  * @file bulk_kernels.cuh
- * @brief The `__global__` kernels behind the CUDA backend's bulk operations.
+ * @brief The `__global__` kernels behind the CUDA backend's bulk operations: thin wrappers that
+ *        declare each body's shared memory and run the body (bulk_bodies.hpp) on the CUDA block.
  *
- * Every per-key kernel runs ccht::bucket_ops with a `cooperative_groups::thread_block_tile`
- * (one tile per key: a 16-lane tile loads one bucket's 16 keys, one 128-byte line, in one
- * coalesced access). A block of kernels::shape::block_threads threads owns a contiguous range of
- * kernels::shape::items_per_block elements; each tile walks that range with a stride of
- * tiles_per_block, so neighbouring tiles read neighbouring input words.
+ * The bodies hold all the logic (the launch shape, the batch protocol, the eviction buffer, the
+ * grid-stride walks); the tests run the same bodies on the CPU on lockstep blocks
+ * (tests/test_lanes_grid.cpp). Kernels are templates on the policy, the bucket size and the tile
+ * size; launcher_cuda.cuh instantiates them (B = 16, tile = 16), one policy per translation unit.
  *
- * Batch protocol (see host code in launcher_cuda.cu): a batch first runs validate_batch_kernel,
- * which records the smallest index of a reserved key (and of a bad op code) in the batch's
- * reject words, zeroes the batch's count word and reserves the batch's ticks with one atomic add
- * on the table clock. The operation kernel then reads the reject words and returns at once if
- * the batch was rejected, so a rejected batch leaves the table unchanged.
- *
- * Kernels are templates on the policy, the bucket size and the tile size; the explicit
- * instantiations live in launcher_cuda.cu (lru, fifo, lfu; B = 16; tile = 16) to bound build time.
- *
- * Internal header: included by kernels/launcher_cuda.cu only.
+ * Internal header: included by kernels/launcher_cuda.cuh only.
  */
 #pragma once
 
-#include <ccht/core/bucket.hpp>
-#include <ccht/core/bucket_ops.hpp>
-#include <ccht/core/config.hpp>
-#include <ccht/core/policy.hpp>
-#include <ccht/core/types.hpp>
-#include <ccht/detail/launcher.hpp>
+#include "bulk_bodies.hpp"
 
 #include <cooperative_groups.h>
-#include <cuda/atomic>
 
 #include <cstddef>
 #include <cstdint>
@@ -42,156 +27,36 @@ static_assert(sizeof(std::size_t) == sizeof(unsigned long long),
               "device counters use 64-bit atomics on std::size_t words");
 static_assert(sizeof(tick_type) == sizeof(unsigned long long));
 
-/**
- * @brief Launch shape of the per-key kernels for a tile of @p TileSize threads.
- *
- * 256 threads = 16 tiles of 16; each tile handles 8 elements, so a block covers 128 elements.
- * Why several elements per tile: it bounds the number of blocks (and so the per-block
- * shared-memory flushes of evictions and counts) at n / 128, and with 16 tiles per block the
- * eviction buffer of one block is only 2 KiB.
- */
+/// The CUDA thread block as bulk_bodies.hpp's block interface (ccht/lanes/lockstep_block.hpp).
 template <int TileSize>
-struct shape {
-  static_assert(TileSize >= 1 && TileSize <= 32 && (TileSize & (TileSize - 1)) == 0);
-  /// Threads per block.
-  static constexpr int block_threads = 256;
-  /// Tiles per block.
-  static constexpr int tiles_per_block = block_threads / TileSize;
-  /// Elements each tile processes.
-  static constexpr int items_per_tile = 8;
-  /// Elements each block processes.
-  static constexpr int items_per_block = tiles_per_block * items_per_tile;
-};
-
-/// Threads per block of the streaming kernels (validation, size).
-inline constexpr int stream_block_threads = 256;
-
-/**
- * @brief Per-batch device words, written by validate_batch_kernel and read by the op kernel.
- *
- * Layout of the three words a batch's `reject` pointer designates (see launcher_cuda.cu):
- * - reject[0]: smallest index of a reserved key, ccht::detail::no_reject if none;
- * - reject[1]: (smallest index of an invalid op code << 8) | that op code, or no_reject;
- * - reject[2]: the batch's first tick (element i gets reject[2] + i).
- */
-enum batch_word : int { word_reject_key = 0, word_reject_op = 1, word_tick_base = 2 };
-
-// ---- small device helpers ----------------------------------------------------------------------
-
-/// 64-bit atomic add on a std::size_t counter; returns the old value.
-__device__ __forceinline__ std::size_t atomic_add(std::size_t* p, std::size_t v) {
-  return static_cast<std::size_t>(
-      atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
-}
-
-/// 64-bit atomic min on a std::size_t word.
-__device__ __forceinline__ void atomic_min(std::size_t* p, std::size_t v) {
-  atomicMin(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
-}
-
-/// Whether the batch described by @p words was rejected (read once per thread).
-__device__ __forceinline__ bool batch_rejected(std::size_t const* words, bool check_ops) {
-  // A plain load suffices: the words were written by an earlier kernel in the same stream.
-  return words[word_reject_key] != detail::no_reject ||
-         (check_ops && words[word_reject_op] != detail::no_reject);
-}
-
-/// The calling thread's tile of TileSize threads.
-template <int TileSize>
-__device__ __forceinline__ cg::thread_block_tile<TileSize> this_tile() {
-  return cg::tiled_partition<TileSize>(cg::this_thread_block());
-}
-
-/**
- * @brief Block-local buffer that compacts evicted pairs and appends them to the caller's output
- *        with one global atomic add per block (instead of one per eviction).
- */
-template <int Capacity>
-struct eviction_buffer {
-  key_type keys[Capacity];
-  value_type values[Capacity];
-  unsigned count;
-  std::size_t base;
-
-  /// Called by thread 0 before the block's first __syncthreads.
-  __device__ void init() { count = 0; }
-
-  /// Called by one thread per eviction.
-  __device__ void push(key_type k, value_type v) {
-    unsigned const at = atomicAdd(&count, 1u);
-    keys[at] = k;
-    values[at] = v;
-  }
-
-  /// Called by every thread of the block after its last push.
-  __device__ void flush(key_type* out_keys, value_type* out_values, std::size_t* counter) {
-    __syncthreads();
-    unsigned const n = count;
-    if (n == 0) { return; }  // uniform: every thread read the same count after the barrier
-    if (threadIdx.x == 0) { base = atomic_add(counter, n); }
-    __syncthreads();
-    std::size_t const at = base;
-    for (unsigned t = threadIdx.x; t < n; t += blockDim.x) {
-      out_keys[at + t] = keys[t];
-      out_values[at + t] = values[t];
-    }
+struct cuda_block {
+  /// blockIdx.x
+  __device__ __forceinline__ unsigned block_index() const { return blockIdx.x; }
+  /// gridDim.x
+  __device__ __forceinline__ unsigned grid_blocks() const { return gridDim.x; }
+  /// threadIdx.x
+  __device__ __forceinline__ unsigned thread_index() const { return threadIdx.x; }
+  /// blockDim.x
+  __device__ __forceinline__ unsigned block_threads() const { return blockDim.x; }
+  /// __syncthreads()
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+  /// __syncthreads_count(p)
+  __device__ __forceinline__ int sync_count(bool p) const { return __syncthreads_count(p); }
+  /// The calling thread's tile of TileSize threads.
+  __device__ __forceinline__ cg::thread_block_tile<TileSize> tile() const {
+    return cg::tiled_partition<TileSize>(cg::this_thread_block());
   }
 };
 
-/// Adds a block's count to @p counter with one atomic (every thread of the block calls).
-__device__ __forceinline__ void flush_block_count(unsigned& shared_count, std::size_t* counter) {
-  __syncthreads();
-  if (threadIdx.x == 0 && shared_count != 0 && counter != nullptr) {
-    atomic_add(counter, shared_count);
-  }
-}
-
-// ---- batch bookkeeping -------------------------------------------------------------------------
-
-/**
- * @brief Validates a batch and reserves its ticks.
- *
- * Records the smallest index of a reserved key in reject[word_reject_key], and of an op code
- * outside ccht::op_code in reject[word_reject_op] (packed with the code), mirroring both into
- * @p sticky (the table's words for check_async_error) when non-null. Thread 0 of block 0 also
- * zeroes @p count (when non-null) and, when @p clock is non-null, takes the batch's @p n ticks with
- * one atomic add (so element i's tick is reject[word_tick_base] + i, in index order over the whole
- * batch).
- */
 // static (here and take_sticky_kernel): launcher_cuda.cuh includes this header in one
 // translation unit per policy, and a non-template kernel would be defined in each of them.
+
+/// validate_batch (bulk_bodies.hpp) over a grid of stream_block_threads-thread blocks.
 static __global__ void __launch_bounds__(stream_block_threads)
     validate_batch_kernel(key_type const* keys, op_code const* ops, std::size_t n,
                           std::size_t* reject, std::size_t* sticky, std::size_t* count,
                           tick_type* clock) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    if (count != nullptr) { *count = 0; }
-    if (clock != nullptr) {
-      reject[word_tick_base] =
-          cuda::atomic_ref<tick_type, cuda::thread_scope_device>(*clock).fetch_add(
-              n, cuda::std::memory_order_relaxed) + 1;
-    }
-  }
-  std::size_t bad_key = detail::no_reject;
-  std::size_t bad_op = detail::no_reject;
-  std::size_t const stride = std::size_t{gridDim.x} * blockDim.x;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) {
-    // Each thread's indices increase, so its first hit is its smallest.
-    if (bad_key == detail::no_reject && is_reserved_key(keys[i])) { bad_key = i; }
-    if (ops != nullptr && bad_op == detail::no_reject) {
-      auto const code = static_cast<std::uint8_t>(ops[i]);
-      if (code > static_cast<std::uint8_t>(op_code::erase)) { bad_op = (i << 8) | code; }
-    }
-  }
-  // Rare path: one atomic per offending thread.
-  if (bad_key != detail::no_reject) {
-    atomic_min(&reject[word_reject_key], bad_key);
-    if (sticky != nullptr) { atomic_min(&sticky[word_reject_key], bad_key); }
-  }
-  if (bad_op != detail::no_reject) {
-    atomic_min(&reject[word_reject_op], bad_op);
-    if (sticky != nullptr) { atomic_min(&sticky[word_reject_op], bad_op); }
-  }
+  validate_batch(cuda_block<1>{}, keys, ops, n, reject, sticky, count, clock);
 }
 
 /// Moves the table's sticky words to words[1..2] and resets them (check_async_error).
@@ -201,330 +66,78 @@ static __global__ void take_sticky_kernel(std::size_t* sticky, std::size_t* word
   words[2] = static_cast<std::size_t>(atomicExch(&s[1], ~0ull));
 }
 
-// ---- per-key operations ------------------------------------------------------------------------
-
-/// Runs f(i) for the elements of [0, n) that fall to the calling tile: block b owns
-/// items_per_block consecutive elements, and its tiles take them in turn.
-template <int TileSize, class F>
-__device__ __forceinline__ void for_tile_elements(std::size_t n, F&& f) {
-  using S = shape<TileSize>;
-  std::size_t const begin = std::size_t{blockIdx.x} * S::items_per_block;
-  std::size_t const end = begin + S::items_per_block < n ? begin + S::items_per_block : n;
-  for (std::size_t i = begin + threadIdx.x / TileSize; i < end; i += S::tiles_per_block) { f(i); }
-}
-
-/**
- * @brief for_tile_elements with access counting (core/accounting.hpp): runs f(i, acc) where acc
- *        is null when @p total is null (the default: counting is off), else a per-thread
- *        access_counts that lane 0 adds to @p total once, at the end.
- *
- * The two cases are two inlined loops, so the core sees a constant null pointer (its count code
- * folds away) or the address of one local object that never escapes (its counters stay in
- * registers). A single loop given `counting ? &local : nullptr` kept the counters in a local-
- * memory frame behind a pointer, with spills in the larger inserts (docs/kernel-resources.md).
- */
-template <int TileSize, class Tile, class F>
-__device__ __forceinline__ void for_tile_elements_counted(std::size_t n, access_counts* total,
-                                                          Tile const& tile, F&& f) {
-  if (total == nullptr) {  // uniform over the grid
-    for_tile_elements<TileSize>(n, [&](std::size_t i) { f(i, static_cast<access_counts*>(nullptr)); });
-    return;
-  }
-  access_counts local{};
-  for_tile_elements<TileSize>(n, [&](std::size_t i) { f(i, &local); });
-  if (tile.thread_rank() != 0) { return; }  // the core's count events are uniform over a tile
-  auto add = [](std::uint64_t& to, std::uint64_t v) {
-    if (v != 0) { atomicAdd(reinterpret_cast<unsigned long long*>(&to), static_cast<unsigned long long>(v)); }
-  };
-  add(total->bucket_reads, local.bucket_reads);
-  add(total->bucket_writes, local.bucket_writes);
-  add(total->bytes_read, local.bytes_read);
-  add(total->bytes_written, local.bytes_written);
-  add(total->kicks, local.kicks);
-  add(total->chosen_victims, local.chosen_victims);
-}
-static_assert(sizeof(std::uint64_t) == sizeof(unsigned long long));
-
-/**
- * @brief Bulk find: found[i] = hit, values[i] = value on a hit; hits are promoted.
- * @param words the batch's reject words (see batch_word)
- */
+/// find_body
 template <class Policy, int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     find_kernel(bucket_array_view<B> view, key_type const* keys, value_type* values, bool* found,
                 std::size_t n, std::size_t const* words, access_counts* counts) {
-  using ops = bucket_ops<Policy, B>;
-  if (batch_rejected(words, false)) { return; }
-  tick_type const tick_base = Policy::promotes_on_hit ? words[word_tick_base] : 0;
-  auto const tile = this_tile<TileSize>();
-  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    value_type v = 0;
-    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc);
-    if (tile.thread_rank() == 0) {
-      found[i] = hit;
-      if (hit) { values[i] = v; }
-    }
-  });
+  find_body<Policy, B, TileSize>(cuda_block<TileSize>{}, view, keys, values, found, n, words, counts);
 }
 
-/// Bulk contains: found[i] = whether keys[i] is present (no promotion).
+/// contains_body
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     contains_kernel(bucket_array_view<B> view, key_type const* keys, bool* found, std::size_t n,
                     std::size_t const* words, access_counts* counts) {
-  using ops = bucket_ops<lru, B>;  // contains() does not depend on the policy
-  if (batch_rejected(words, false)) { return; }
-  auto const tile = this_tile<TileSize>();
-  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    bool const hit = ops::contains(tile, view, keys[i], acc);
-    if (tile.thread_rank() == 0) { found[i] = hit; }
-  });
+  contains_body<B, TileSize>(cuda_block<TileSize>{}, view, keys, found, n, words, counts);
 }
 
-/**
- * @brief Bulk insert_or_assign; evicted pairs are appended to evicted_keys/values through
- *        @p num_evicted, with one global atomic per block.
- */
+/// insert_or_assign_body
 template <class Policy, int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     insert_or_assign_kernel(bucket_array_view<B> view, key_type const* keys,
                             value_type const* values, std::size_t n, key_type* evicted_keys,
                             value_type* evicted_values, std::size_t* num_evicted,
                             std::size_t const* words, access_counts* counts) {
-  using S = shape<TileSize>;
-  using ops = bucket_ops<Policy, B>;
-  __shared__ eviction_buffer<S::items_per_block> evictions;
-  if (batch_rejected(words, false)) { return; }
-  if (threadIdx.x == 0) { evictions.init(); }
-  tick_type const tick_base = words[word_tick_base];
-  __syncthreads();
-  auto const tile = this_tile<TileSize>();
-  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    key_type ek = 0;
-    value_type ev = 0;
-    op_status const st =
-        ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc);
-    if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
-  });
-  evictions.flush(evicted_keys, evicted_values, num_evicted);
+  __shared__ eviction_shared<TileSize> evictions;
+  insert_or_assign_body<Policy, B, TileSize>(cuda_block<TileSize>{}, evictions, view, keys, values,
+                                             n, evicted_keys, evicted_values, num_evicted, words,
+                                             counts);
 }
 
-/// Bulk erase; the number of keys removed is added to @p num_erased (may be null).
+/// erase_body
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     erase_kernel(bucket_array_view<B> view, key_type const* keys, std::size_t n,
                  std::size_t* num_erased, std::size_t const* words, access_counts* counts) {
-  using ops = bucket_ops<lru, B>;  // erase() does not depend on the policy
-  __shared__ unsigned erased;
-  if (batch_rejected(words, false)) { return; }
-  if (threadIdx.x == 0) { erased = 0; }
-  __syncthreads();
-  auto const tile = this_tile<TileSize>();
-  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    bool const removed = ops::erase(tile, view, keys[i], acc);
-    if (removed && tile.thread_rank() == 0) { atomicAdd(&erased, 1u); }
-  });
-  flush_block_count(erased, num_erased);
+  __shared__ block_count erased;
+  erase_body<B, TileSize>(cuda_block<TileSize>{}, erased, view, keys, n, num_erased, words, counts);
 }
 
-/**
- * @brief The mixed batch: element i is a find, an upsert or an erase of keys[i] per ops[i];
- *        status[i] gets its ccht::op_status, values_out[i] the value of a find hit.
- */
+/// execute_body
 template <class Policy, int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     execute_kernel(bucket_array_view<B> view, op_code const* ops_in, key_type const* keys,
                    value_type const* values, value_type* values_out, op_status* status,
                    std::size_t n, key_type* evicted_keys, value_type* evicted_values,
                    std::size_t* num_evicted, std::size_t const* words, access_counts* counts) {
-  using S = shape<TileSize>;
-  using ops = bucket_ops<Policy, B>;
-  __shared__ eviction_buffer<S::items_per_block> evictions;
-  if (batch_rejected(words, true)) { return; }
-  if (threadIdx.x == 0) { evictions.init(); }
-  tick_type const tick_base = words[word_tick_base];
-  __syncthreads();
-  auto const tile = this_tile<TileSize>();
-  for_tile_elements_counted<TileSize>(n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    key_type const key = keys[i];
-    tick_type const tick = tick_base + i;
-    op_status st = op_status::miss;
-    switch (ops_in[i]) {  // the same element for every lane: the tile stays converged
-      case op_code::find: {
-        value_type v = 0;
-        if (ops::find(tile, view, key, tick, v, acc)) {
-          st = op_status::hit;
-          if (tile.thread_rank() == 0) { values_out[i] = v; }
-        }
-        break;
-      }
-      case op_code::insert_or_assign: {
-        key_type ek = 0;
-        value_type ev = 0;
-        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc);
-        if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
-        break;
-      }
-      case op_code::erase:
-        st = ops::erase(tile, view, key, acc) ? op_status::hit : op_status::miss;
-        break;
-    }
-    if (tile.thread_rank() == 0) { status[i] = st; }
-  });
-  evictions.flush(evicted_keys, evicted_values, num_evicted);
+  __shared__ eviction_shared<TileSize> evictions;
+  execute_body<Policy, B, TileSize>(cuda_block<TileSize>{}, evictions, view, ops_in, keys, values,
+                                    values_out, status, n, evicted_keys, evicted_values,
+                                    num_evicted, words, counts);
 }
 
-// ---- whole-table kernels -----------------------------------------------------------------------
-
-/// Counts occupied slots (key != empty_key) into @p count; one thread per slot, grid-stride.
+/// size_body
 template <int B>
 __global__ void __launch_bounds__(stream_block_threads)
     size_kernel(bucket_array_view<B> view, std::size_t* count) {
-  std::size_t const slots = std::size_t{view.num_buckets} * B;
-  std::size_t const stride = std::size_t{gridDim.x} * blockDim.x;
-  std::size_t total = 0;  // meaningful in thread 0
-  // The loop bound is uniform across the block, as __syncthreads_count requires.
-  for (std::size_t base = std::size_t{blockIdx.x} * blockDim.x; base < slots; base += stride) {
-    std::size_t const s = base + threadIdx.x;
-    bool occupied = false;
-    if (s < slots) {
-      occupied = detail::load_relaxed(view.buckets[s / B].keys[s % B]) != empty_key;
-    }
-    total += static_cast<std::size_t>(__syncthreads_count(occupied));
-  }
-  if (threadIdx.x == 0 && total != 0) { atomic_add(count, total); }
+  size_body<B>(cuda_block<1>{}, view, count);
 }
 
-/**
- * @brief Empties every bucket like a writer: lock the version word, store empty_key in every slot,
- *        release. So it is safe against concurrent readers and writers. One tile per bucket.
- */
+/// clear_body
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     clear_kernel(bucket_array_view<B> view) {
-  static_assert(B % TileSize == 0);
-  auto const tile = this_tile<TileSize>();
-  std::size_t const tiles = std::size_t{gridDim.x} * (blockDim.x / TileSize);
-  for (std::size_t b = std::size_t{blockIdx.x} * (blockDim.x / TileSize) + threadIdx.x / TileSize;
-       b < view.num_buckets; b += tiles) {
-    std::uint32_t held = 0;
-    if (tile.thread_rank() == 0) {
-      held = detail::lock_bucket(view.versions[b]);
-      detail::fence_release();  // the odd version is visible before any emptied slot
-    }
-    tile.sync();
-    // Every lane stores empty keys, not only lane 0 that took the lock, so every lane needs its
-    // own release fence here: its stores must not be seen before the odd version (which it saw
-    // through tile.sync()). An acquire fence orders only its loads; on sm_90 both lower to the
-    // same fence.acq_rel, which is why the old code happened to work.
-    detail::fence_acq_rel();
-    unsigned removed = 0;
-    for (int s = static_cast<int>(tile.thread_rank()); s < B; s += TileSize) {
-      removed += detail::load_relaxed(view.buckets[b].keys[s]) != empty_key;
-      detail::store_relaxed(view.buckets[b].keys[s], empty_key);
-    }
-    if (view.tails != nullptr && tile.thread_rank() == 0) {  // empty: no oldest entry
-      detail::store_relaxed(view.tails[b], detail::no_rank);
-    }
-    if (view.live != nullptr) {  // global capacity layer: keep the live count exact
-      for (unsigned off = TileSize / 2; off > 0; off >>= 1) { removed += tile.shfl_xor(removed, off); }
-      if (tile.thread_rank() == 0 && removed != 0) {
-        detail::add_live(view.live, -static_cast<std::int64_t>(removed));
-      }
-    }
-    detail::fence_release();  // every lane's stores precede the unlock below
-    tile.sync();
-    if (tile.thread_rank() == 0) { detail::store_release(view.versions[b], held + 1); }
-  }
+  clear_body<B, TileSize>(cuda_block<TileSize>{}, view);
 }
 
-/**
- * @brief Copies every entry out, each bucket read consistently (optimistic, validated by the
- *        bucket's version like a find). Entries are compacted through @p count with one global
- *        atomic per block and round; only indices below @p capacity are written, all are counted.
- */
+/// export_body
 template <int B, int TileSize>
 __global__ void __launch_bounds__(shape<TileSize>::block_threads)
     export_kernel(bucket_array_view<B> view, key_type* keys_out, value_type* values_out,
                   std::size_t capacity, std::size_t* count) {
-  static_assert(B % TileSize == 0);
-  constexpr int tiles_per_block = shape<TileSize>::block_threads / TileSize;
-  constexpr int per_lane = B / TileSize;
-  constexpr int round_capacity = tiles_per_block * B;
-  __shared__ key_type sk[round_capacity];
-  __shared__ value_type sv[round_capacity];
-  __shared__ unsigned filled;
-  __shared__ std::size_t base;
-
-  auto const tile = this_tile<TileSize>();
-  unsigned const lane = tile.thread_rank();
-  std::size_t const rounds = (std::size_t{view.num_buckets} + tiles_per_block - 1) / tiles_per_block;
-  if (threadIdx.x == 0) { filled = 0; }
-  __syncthreads();
-  // Rounds are block-uniform (the barriers below need every thread).
-  for (std::size_t r = blockIdx.x; r < rounds; r += gridDim.x) {
-    std::size_t const b = r * tiles_per_block + threadIdx.x / TileSize;
-    if (b < view.num_buckets) {
-      auto const& bk = view.buckets[b];
-      key_type k[per_lane];
-      value_type v[per_lane];
-      unsigned spins = 0;
-      while (true) {
-        std::uint32_t const v1 = detail::load_acquire(view.versions[b]);
-        // Every lane must reach the shfl: one inside `||` would be skipped by lanes that saw an odd
-        // version, and a *_sync collective that some of its lanes skip is undefined behaviour.
-        std::uint32_t const v0 = tile.shfl(v1, 0);
-        if (tile.ballot((v1 & 1u) != 0 || v1 != v0) != 0) {
-          detail::spin_wait(spins);
-          continue;
-        }
-#pragma unroll
-        for (int j = 0; j < per_lane; ++j) {
-          k[j] = detail::load_relaxed(bk.keys[j * TileSize + lane]);
-          v[j] = detail::load_relaxed(bk.values[j * TileSize + lane]);
-        }
-        detail::fence_acquire();
-        std::uint32_t const v2 = detail::load_relaxed(view.versions[b]);
-        if (tile.ballot(v2 != v1) == 0) { break; }
-      }
-      unsigned masks[per_lane];
-      unsigned total = 0;
-#pragma unroll
-      for (int j = 0; j < per_lane; ++j) {
-        masks[j] = tile.ballot(k[j] != empty_key);
-        total += __popc(masks[j]);
-      }
-      unsigned at = 0;
-      if (lane == 0 && total != 0) { at = atomicAdd(&filled, total); }
-      at = tile.shfl(at, 0);
-      unsigned const below = (1u << lane) - 1u;
-#pragma unroll
-      for (int j = 0; j < per_lane; ++j) {
-        if (k[j] != empty_key) {
-          unsigned const pos = at + __popc(masks[j] & below);
-          sk[pos] = k[j];
-          sv[pos] = v[j];
-        }
-        at += __popc(masks[j]);
-      }
-    }
-    __syncthreads();
-    unsigned const n = filled;
-    if (threadIdx.x == 0 && n != 0) { base = atomic_add(count, n); }
-    __syncthreads();
-    if (n != 0) {
-      std::size_t const at = base;
-      for (unsigned t = threadIdx.x; t < n; t += blockDim.x) {
-        if (at + t < capacity) {
-          keys_out[at + t] = sk[t];
-          values_out[at + t] = sv[t];
-        }
-      }
-    }
-    __syncthreads();  // everyone has read `filled`, `base` and the buffer before the reset
-    if (threadIdx.x == 0) { filled = 0; }
-    __syncthreads();
-  }
+  __shared__ export_shared<B, TileSize> sh;
+  export_body<B, TileSize>(cuda_block<TileSize>{}, sh, view, keys_out, values_out, capacity, count);
 }
 
 }  // namespace ccht::kernels

@@ -1,6 +1,7 @@
 // The lockstep runner of include/ccht/lanes/lockstep_tile.hpp: lanes are fibers on the calling
 // thread, switched by a dozen instructions (x86-64) or ucontext elsewhere, with the sanitizers
 // told about every switch so that ASan and TSan follow the stacks.
+#include <ccht/core/atomics.hpp>
 #include <ccht/lanes/lockstep_tile.hpp>
 #include <ccht/lanes/store_hook.hpp>
 
@@ -114,6 +115,14 @@ namespace {
 // ---- context switch ------------------------------------------------------------------------------
 
 
+/// Where a lane stands between two of its runs.
+enum class lane_state : std::uint8_t {
+  runnable,  // runs in the next step
+  waiting,   // in a collective or a block barrier (fiber::at)
+  spinning,  // parked by the spin hook; runs again in the next step
+  done,      // returned from the body
+};
+
 /// One lane: a stack, where it stands, and what it runs.
 struct fiber {
   static constexpr std::size_t guard_bytes = 4096;
@@ -139,9 +148,9 @@ struct fiber {
   // the work of the current run
   lane_body body = nullptr;
   void* context = nullptr;
-  unsigned lane = 0;
+  unsigned lane = 0;  // index in the group
   lane_group* group = nullptr;
-  bool done = false;
+  lane_state state = lane_state::done;
   std::exception_ptr error;  // what the body threw (rethrown by the runner)
   // the collective it waits in
   call_site at{};
@@ -276,7 +285,7 @@ void park(fiber* f) {
     } catch (...) {
       f->error = std::current_exception();
     }
-    f->done = true;
+    f->state = lane_state::done;
     park(f);
   }
 }
@@ -295,6 +304,8 @@ std::string where(call_site const& s) {
     case collective::shfl: out += "shfl"; break;
     case collective::shfl_xor: out += "shfl_xor"; break;
     case collective::sync: out += "sync"; break;
+    case collective::block_sync: out += "block sync"; break;
+    case collective::block_sync_count: out += "block sync_count"; break;
   }
   return out;
 }
@@ -306,29 +317,49 @@ bool same_site(call_site const& a, call_site const& b) {
 
 }  // namespace
 
-/// The lanes of one run and the hazard a lane's store hook found, if any.
+/// The fibers of one run: blocks of tiles of lanes, and the hazard a store hook found, if any.
 class lane_group {
  public:
-  unsigned lanes = 0;
-  fiber* lane[32] = {};
+  group_shape shape{};
+  unsigned fibers = 0;       // lanes in all
+  unsigned block_fibers = 0;  // lanes per block
+  std::vector<fiber*> lane;  // by index: block, then tile, then lane
   std::uint64_t step = 0;
-  // stores of this step: (address, lane); a second lane storing to one word is a hazard
+  // stores of this step: (address, lane); a second lane of one tile storing to one word is a hazard
   std::vector<std::pair<std::uintptr_t, unsigned>> stores;
   bool store_hazard = false;
   std::string store_report;
+
+  unsigned tile_of(unsigned index) const noexcept { return index / shape.lanes_per_tile; }
+  unsigned block_of(unsigned index) const noexcept { return index / block_fibers; }
 };
 
-std::uint64_t arrive(lane_group* group, unsigned lane, call_site const& site, std::uint64_t value,
+std::uint64_t arrive(lane_group* group, unsigned index, call_site const& site, std::uint64_t value,
                      unsigned arg) {
-  fiber* f = group->lane[lane];
+  fiber* f = group->lane[index];
   f->at = site;
   f->value = value;
   f->arg = arg;
+  f->state = lane_state::waiting;
   park(f);
   return f->result;
 }
 
 bool in_lane() noexcept { return tls_runner.current != nullptr; }
+
+namespace {
+
+/// core/atomics.hpp's spin hook while lanes run: the spinning lane parks until the next step, so
+/// the tile holding the lock it waits for gets to run (a GPU's other warps would).
+bool park_spinning() noexcept {
+  fiber* f = tls_runner.current;
+  if (f == nullptr) { return false; }
+  f->state = lane_state::spinning;
+  park(f);
+  return true;
+}
+
+}  // namespace
 
 void note_store(void const* address) noexcept {
   fiber* f = tls_runner.current;
@@ -336,11 +367,12 @@ void note_store(void const* address) noexcept {
   lane_group* g = f->group;
   auto const a = reinterpret_cast<std::uintptr_t>(address);
   for (auto const& [at, lane] : g->stores) {
-    if (at == a && lane != f->lane && !g->store_hazard) {
+    if (at == a && lane != f->lane && g->tile_of(lane) == g->tile_of(f->lane) && !g->store_hazard) {
       g->store_hazard = true;
       std::ostringstream os;
-      os << "racing_store: lanes " << lane << " and " << f->lane << " stored to one word in step "
-         << g->step << " with no collective between them";
+      os << "racing_store: lanes " << lane % g->shape.lanes_per_tile << " and "
+         << f->lane % g->shape.lanes_per_tile << " of tile " << g->tile_of(f->lane)
+         << " stored to one word in step " << g->step << " with no collective between them";
       g->store_report = os.str();
     }
   }
@@ -357,8 +389,8 @@ namespace {
 
 /// Abandons the lanes still inside the body: their stacks are laid out afresh next time.
 void abandon(lane_group& g) {
-  for (unsigned l = 0; l < g.lanes; ++l) {
-    if (!g.lane[l]->done) { g.lane[l]->dirty = true; }
+  for (fiber* f : g.lane) {
+    if (f->state != lane_state::done) { f->dirty = true; }
   }
 }
 
@@ -368,117 +400,233 @@ void abandon(lane_group& g) {
   throw hazard(kind, report);
 }
 
-/// The lanes' positions, for a report.
-std::string positions(lane_group const& g) {
+/// Where lanes [first, first + count) stand, for a report (at most 32 lines).
+std::string positions(lane_group const& g, unsigned first, unsigned count) {
   std::ostringstream os;
-  for (unsigned l = 0; l < g.lanes; ++l) {
-    fiber const* f = g.lane[l];
-    os << "\n  lane " << l << ": " << (f->done ? std::string("returned") : where(f->at));
+  unsigned const shown = std::min(count, 32u);
+  for (unsigned i = first; i < first + shown; ++i) {
+    fiber const* f = g.lane[i];
+    os << "\n  " << (g.block_fibers > g.shape.lanes_per_tile ? "thread " : "lane ") << i - first
+       << ": ";
+    switch (f->state) {
+      case lane_state::done: os << "returned"; break;
+      case lane_state::waiting: os << where(f->at); break;
+      default: os << "running"; break;
+    }
   }
+  if (count > shown) { os << "\n  (" << count - shown << " more)"; }
   return os.str();
 }
 
-/// Every lane waits in a collective: check they all reached the same one, then resolve it.
-void resolve(lane_group& g) {
-  fiber* const first = g.lane[0];
-  for (unsigned l = 1; l < g.lanes; ++l) {
-    if (!same_site(g.lane[l]->at, first->at)) {
-      stop(g, hazard_kind::divergent_collective,
-           "divergent_collective: the lanes of step " + std::to_string(g.step) +
-               " reached different collectives" + positions(g));
-    }
-  }
-  unsigned const n = g.lanes;
-  switch (first->at.kind) {
+bool is_block_collective(collective k) noexcept {
+  return k == collective::block_sync || k == collective::block_sync_count;
+}
+
+/// Resolves a tile collective where every lane of the tile waits in one.
+void resolve_collective(lane_group& g, unsigned first) {
+  unsigned const n = g.shape.lanes_per_tile;
+  fiber* const lead = g.lane[first];
+  switch (lead->at.kind) {
     case collective::ballot: {
       std::uint64_t mask = 0;
-      for (unsigned l = 0; l < n; ++l) { mask |= (g.lane[l]->value & 1u) << l; }
-      for (unsigned l = 0; l < n; ++l) { g.lane[l]->result = mask; }
+      for (unsigned l = 0; l < n; ++l) { mask |= (g.lane[first + l]->value & 1u) << l; }
+      for (unsigned l = 0; l < n; ++l) { g.lane[first + l]->result = mask; }
       break;
     }
     case collective::shfl:
     case collective::shfl_xor: {
-      bool const by_xor = first->at.kind == collective::shfl_xor;
+      bool const by_xor = lead->at.kind == collective::shfl_xor;
       for (unsigned l = 0; l < n; ++l) {
-        unsigned const arg = g.lane[l]->arg;
+        unsigned const arg = g.lane[first + l]->arg;
         if (arg >= n) {
           stop(g, hazard_kind::lane_out_of_range,
                std::string("lane_out_of_range: lane ") + std::to_string(l) +
                    (by_xor ? " shuffles with xor mask " : " reads lane ") + std::to_string(arg) +
-                   " of a " + std::to_string(n) + "-lane tile at " + where(first->at));
+                   " of a " + std::to_string(n) + "-lane tile at " + where(lead->at));
         }
-        g.lane[l]->result = g.lane[by_xor ? (l ^ arg) : arg]->value;
+        g.lane[first + l]->result = g.lane[first + (by_xor ? (l ^ arg) : arg)]->value;
       }
       break;
     }
-    case collective::sync:
-      for (unsigned l = 0; l < n; ++l) { g.lane[l]->result = 0; }
+    default:
+      for (unsigned l = 0; l < n; ++l) { g.lane[first + l]->result = 0; }
       break;
+  }
+  for (unsigned l = 0; l < n; ++l) { g.lane[first + l]->state = lane_state::runnable; }
+}
+
+/// A tile whose lanes all stopped: resolves its collective, leaves it at a block barrier, or
+/// reports lanes that went separate ways.
+void settle_tile(lane_group& g, unsigned tile) {
+  unsigned const n = g.shape.lanes_per_tile;
+  unsigned const first = tile * n;
+  unsigned done = 0;
+  unsigned at_block = 0;
+  for (unsigned l = 0; l < n; ++l) {
+    fiber const* f = g.lane[first + l];
+    if (f->state == lane_state::runnable || f->state == lane_state::spinning) { return; }
+    done += f->state == lane_state::done ? 1u : 0u;
+    at_block += f->state == lane_state::waiting && is_block_collective(f->at.kind) ? 1u : 0u;
+  }
+  std::string const tile_name = g.fibers > n ? " of tile " + std::to_string(tile) : std::string();
+  if (done == n) { return; }
+  if (done != 0) {
+    stop(g, hazard_kind::lane_left_early,
+         "lane_left_early: in step " + std::to_string(g.step) + " some lanes" + tile_name +
+             " returned while others wait in a collective" + positions(g, first, n));
+  }
+  fiber const* lead = g.lane[first];
+  for (unsigned l = 1; l < n; ++l) {
+    if (!same_site(g.lane[first + l]->at, lead->at)) {
+      stop(g, hazard_kind::divergent_collective,
+           "divergent_collective: the lanes" + tile_name + " in step " + std::to_string(g.step) +
+               " reached different collectives" + positions(g, first, n));
+    }
+  }
+  if (at_block == 0) { resolve_collective(g, first); }
+}
+
+/// A block whose threads all wait at a barrier (or returned): releases them, or reports threads
+/// that returned or stand at another barrier (__syncthreads must be reached by the whole block).
+void settle_block(lane_group& g, unsigned block) {
+  unsigned const first = block * g.block_fibers;
+  unsigned done = 0;
+  fiber const* lead = nullptr;
+  for (unsigned i = first; i < first + g.block_fibers; ++i) {
+    fiber const* f = g.lane[i];
+    if (f->state == lane_state::done) {
+      ++done;
+      continue;
+    }
+    if (f->state != lane_state::waiting || !is_block_collective(f->at.kind)) { return; }
+    if (lead == nullptr) { lead = f; }
+    if (!same_site(f->at, lead->at)) {
+      stop(g, hazard_kind::divergent_collective,
+           "divergent_collective: the threads of block " + std::to_string(block) + " in step " +
+               std::to_string(g.step) + " wait at different barriers" +
+               positions(g, first, g.block_fibers));
+    }
+  }
+  if (lead == nullptr) { return; }
+  if (done != 0) {
+    stop(g, hazard_kind::lane_left_early,
+         "lane_left_early: in step " + std::to_string(g.step) + " " + std::to_string(done) +
+             " threads of block " + std::to_string(block) +
+             " returned while the others wait at a block barrier" +
+             positions(g, first, g.block_fibers));
+  }
+  std::uint64_t count = 0;
+  for (unsigned i = first; i < first + g.block_fibers; ++i) { count += g.lane[i]->value & 1u; }
+  for (unsigned i = first; i < first + g.block_fibers; ++i) {
+    g.lane[i]->result = count;
+    g.lane[i]->state = lane_state::runnable;
   }
 }
 
-/// The order of the lanes in step @p step.
-void lane_order(unsigned n, std::uint64_t seed, std::uint64_t step, unsigned (&order)[32]) {
-  for (unsigned l = 0; l < n; ++l) { order[l] = l; }
+/// The lanes that run in step @p step, in their order: all runnable ones, by index when
+/// @p seed is 0, else in an order drawn from the seed and the step.
+void step_order(lane_group const& g, std::uint64_t seed, std::vector<unsigned>& order) {
+  order.clear();
+  for (unsigned i = 0; i < g.fibers; ++i) {
+    lane_state const s = g.lane[i]->state;
+    if (s == lane_state::runnable || s == lane_state::spinning) { order.push_back(i); }
+  }
   if (seed == 0) { return; }
-  std::mt19937_64 rng(seed ^ (step * 0x9E3779B97F4A7C15ull));
-  std::shuffle(order, order + n, rng);
+  std::mt19937_64 rng(seed ^ (g.step * 0x9E3779B97F4A7C15ull));
+  std::shuffle(order.begin(), order.end(), rng);
+}
+
+/// Restores the spin hook a run replaced (runs nest only by a hazard's unwinding).
+class spin_hook_scope {
+ public:
+  spin_hook_scope() : saved_(ccht::detail::lane_spin_hook) {
+    ccht::detail::lane_spin_hook = &park_spinning;
+  }
+  ~spin_hook_scope() { ccht::detail::lane_spin_hook = saved_; }
+  spin_hook_scope(spin_hook_scope const&) = delete;
+  spin_hook_scope& operator=(spin_hook_scope const&) = delete;
+
+ private:
+  bool (*saved_)() noexcept;
+};
+
+/// Takes the calling thread's fibers for a run of @p g.fibers lanes.
+void bind_fibers(lane_group& g, lane_body body, void* context) {
+  runner_state& r = tls_runner;
+  while (r.fibers.size() < g.fibers) { r.fibers.push_back(std::make_unique<fiber>()); }
+  g.lane.resize(g.fibers);
+  for (unsigned i = 0; i < g.fibers; ++i) {
+    fiber* f = r.fibers[i].get();
+    if (f->dirty) { f->prepare(); }
+    f->body = body;
+    f->context = context;
+    f->lane = i;
+    f->group = &g;
+    f->state = lane_state::runnable;
+    f->error = nullptr;
+    g.lane[i] = f;
+  }
+}
+
+/// After a step: a lane's exception or a racing store ends the run.
+void check_step(lane_group& g) {
+  for (fiber* f : g.lane) {
+    if (f->error) {
+      std::exception_ptr const e = std::exchange(f->error, nullptr);
+      abandon(g);
+      std::rethrow_exception(e);
+    }
+  }
+  if (g.store_hazard) { stop(g, hazard_kind::racing_store, g.store_report); }
+  g.stores.clear();
 }
 
 }  // namespace
 
-void run_lanes(unsigned lanes, lane_body body, void* context, run_options const& options) {
-  runner_state& r = tls_runner;
-  if (r.current != nullptr) {
+void run_group(group_shape const& shape, lane_body body, void* context,
+               run_options const& options) {
+  if (tls_runner.current != nullptr) {
     throw std::logic_error("ccht::lanes::run: a lane cannot start another lockstep run");
   }
-  if (lanes == 0 || lanes > 32) { throw std::invalid_argument("ccht::lanes::run: 1 to 32 lanes"); }
-  while (r.fibers.size() < lanes) { r.fibers.push_back(std::make_unique<fiber>()); }
-  lane_group g;
-  g.lanes = lanes;
-  for (unsigned l = 0; l < lanes; ++l) {
-    fiber* f = r.fibers[l].get();
-    if (f->dirty) { f->prepare(); }
-    f->body = body;
-    f->context = context;
-    f->lane = l;
-    f->group = &g;
-    f->done = false;
-    f->error = nullptr;
-    g.lane[l] = f;
+  unsigned const w = shape.lanes_per_tile;
+  if (w == 0 || w > 32 || shape.tiles_per_block == 0 || shape.blocks == 0 ||
+      std::uint64_t{w} * shape.tiles_per_block * shape.blocks > 65536) {
+    throw std::invalid_argument(
+        "ccht::lanes::run: 1 to 32 lanes per tile, at least one tile and block, 65536 lanes at most");
   }
-  unsigned order[32];
+  lane_group g;
+  g.shape = shape;
+  g.block_fibers = w * shape.tiles_per_block;
+  g.fibers = g.block_fibers * shape.blocks;
+  bind_fibers(g, body, context);
+  spin_hook_scope const hook;
+  std::vector<unsigned> order;
   for (;; ++g.step) {
-    lane_order(lanes, options.order_seed, g.step, order);
-    for (unsigned i = 0; i < lanes; ++i) {
-      fiber* f = g.lane[order[i]];
-      if (options.before_step) { options.before_step(order[i], g.step); }
-      resume(f);
+    step_order(g, options.order_seed, order);
+    if (order.empty()) {
+      stop(g, hazard_kind::runaway, "runaway: no lane can go on in step " + std::to_string(g.step));
     }
-    for (unsigned l = 0; l < lanes; ++l) {
-      if (g.lane[l]->error) {
-        std::exception_ptr const e = std::exchange(g.lane[l]->error, nullptr);
-        abandon(g);
-        std::rethrow_exception(e);
-      }
+    for (unsigned const i : order) {
+      if (options.before_step) { options.before_step(i, g.step); }
+      g.lane[i]->state = lane_state::runnable;
+      resume(g.lane[i]);
     }
-    if (g.store_hazard) { stop(g, hazard_kind::racing_store, g.store_report); }
-    g.stores.clear();
-    unsigned done = 0;
-    for (unsigned l = 0; l < lanes; ++l) { done += g.lane[l]->done ? 1u : 0u; }
-    if (done == lanes) { return; }
-    if (done != 0) {
-      stop(g, hazard_kind::lane_left_early,
-           "lane_left_early: in step " + std::to_string(g.step) +
-               " some lanes returned while others wait in a collective" + positions(g));
-    }
-    resolve(g);
+    check_step(g);
+    bool all_done = true;
+    for (fiber const* f : g.lane) { all_done = all_done && f->state == lane_state::done; }
+    if (all_done) { return; }
+    for (unsigned t = 0; t < g.fibers / w; ++t) { settle_tile(g, t); }
+    for (unsigned b = 0; b < shape.blocks; ++b) { settle_block(g, b); }
     if (options.max_steps != 0 && g.step + 1 >= options.max_steps) {
       stop(g, hazard_kind::runaway,
            "runaway: " + std::to_string(options.max_steps) + " steps without returning" +
-               positions(g));
+               positions(g, 0, g.fibers));
     }
   }
+}
+
+void run_lanes(unsigned lanes, lane_body body, void* context, run_options const& options) {
+  run_group(group_shape{lanes, 1, 1}, body, context, options);
 }
 
 }  // namespace detail

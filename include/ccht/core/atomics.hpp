@@ -129,6 +129,16 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void fence_release() noexcept {
   cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_device);
 }
 
+#if !CCHT_DEVICE_CODE
+/**
+ * Set on a host thread while a lockstep run (ccht/lanes) executes lanes on it: spin_wait calls it,
+ * and it parks the spinning lane until the next step, so that a tile of the same run holding the
+ * lock gets to run (returns false outside a lane). Null everywhere else, which costs spin_wait
+ * one thread-local load.
+ */
+inline thread_local bool (*lane_spin_hook)() noexcept = nullptr;
+#endif
+
 /// Back-off while a bucket is locked: pause, and on the host yield now and then so that an
 /// oversubscribed writer holding the lock gets to run.
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void spin_wait(unsigned& spins) noexcept {
@@ -136,6 +146,7 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE void spin_wait(unsigned& spins) noexcept {
   __nanosleep(spins < 8 ? 16u : 256u);
   ++spins;
 #else
+  if (lane_spin_hook != nullptr) { (void)lane_spin_hook(); }
   if (++spins < 128) {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();

@@ -49,7 +49,8 @@
 #include <source_location>
 #endif
 
-// A collective's call site, taken by a default argument where the collective is called:
+// A collective's call site, taken by a default argument where the collective is called (also by
+// lockstep_block.hpp's barriers):
 // std::source_location where the library has it, else the builtins it is made of (clang 14 with
 // libstdc++ 12 has no std::source_location, and GCC 12 no __builtin_COLUMN).
 #if defined(__cpp_lib_source_location)
@@ -66,8 +67,8 @@
 
 namespace ccht::lanes {
 
-/// The collectives of the tile interface.
-enum class collective : std::uint8_t { ballot, shfl, shfl_xor, sync };
+/// The collectives of the tile interface, and the block barrier of lockstep_block.hpp.
+enum class collective : std::uint8_t { ballot, shfl, shfl_xor, sync, block_sync, block_sync_count };
 
 /// What a lockstep run found wrong (see the file comment).
 enum class hazard_kind : std::uint8_t {
@@ -122,15 +123,27 @@ struct call_site {
 /// The lanes of one run (host/lanes/lockstep.cpp).
 class lane_group;
 
-/// Parks lane @p lane at a collective until every lane of its group has arrived; returns the
-/// collective's result for that lane (a ballot mask, a shuffled value, or 0).
-std::uint64_t arrive(lane_group* group, unsigned lane, call_site const& site, std::uint64_t value,
+/// Parks lane @p index of @p group at a collective until every lane it meets there has arrived
+/// (its tile's, or its block's for a block barrier); returns the collective's result for that
+/// lane (a ballot mask, a shuffled value, a barrier's count, or 0).
+std::uint64_t arrive(lane_group* group, unsigned index, call_site const& site, std::uint64_t value,
                      unsigned arg);
 
-/// A lane's body: runs the caller's function on lane @p lane of @p group.
-using lane_body = void (*)(void* context, unsigned lane, lane_group* group);
+/// A lane's body: runs the caller's function on lane @p index of @p group.
+using lane_body = void (*)(void* context, unsigned index, lane_group* group);
 
-/// Runs @p body on @p lanes fibers in lockstep (see lockstep_tile.hpp); throws ccht::lanes::hazard.
+/// The lanes of one run: @p blocks blocks of @p tiles_per_block tiles of @p lanes_per_tile lanes,
+/// numbered block by block, tile by tile.
+struct group_shape {
+  unsigned lanes_per_tile;
+  unsigned tiles_per_block;
+  unsigned blocks;
+};
+
+/// Runs @p body on every lane of @p shape in lockstep; throws ccht::lanes::hazard.
+void run_group(group_shape const& shape, lane_body body, void* context, run_options const& options);
+
+/// Runs @p body on one tile of @p lanes lanes (run_group with one tile).
 void run_lanes(unsigned lanes, lane_body body, void* context, run_options const& options);
 
 /// Whether the calling code runs inside a lane (a store hook's question).
@@ -169,8 +182,9 @@ class lockstep_tile {
                 "a tile has a power of two lanes, at most a warp's 32");
 
  public:
-  /// The tile of lane @p rank of @p group (ccht::lanes::run makes them).
-  lockstep_tile(unsigned rank, detail::lane_group* group) noexcept : rank_(rank), group_(group) {}
+  /// Lane @p rank of the tile whose lane 0 is lane @p first of @p group (the runners make them).
+  lockstep_tile(unsigned rank, unsigned first, detail::lane_group* group) noexcept
+      : rank_(rank), first_(first), group_(group) {}
 
   /// Number of lanes.
   static constexpr unsigned num_threads() noexcept { return N; }
@@ -196,10 +210,11 @@ class lockstep_tile {
 
  private:
   std::uint64_t meet(detail::call_site const& site, std::uint64_t value, unsigned arg) const {
-    return detail::arrive(group_, rank_, site, value, arg);
+    return detail::arrive(group_, first_ + rank_, site, value, arg);
   }
 
   unsigned rank_;
+  unsigned first_;
   detail::lane_group* group_;
 };
 
@@ -213,7 +228,7 @@ struct lane_call {
 
   static void body(void* self, unsigned lane, lane_group* group) {
     auto* c = static_cast<lane_call*>(self);
-    c->results[lane] = (*c->f)(lockstep_tile<N>(lane, group));
+    c->results[lane] = (*c->f)(lockstep_tile<N>(lane, 0, group));
   }
 };
 
@@ -221,7 +236,7 @@ template <unsigned N, class F>
 struct lane_call_void {
   F* f;
   static void body(void* self, unsigned lane, lane_group* group) {
-    (*static_cast<lane_call_void*>(self)->f)(lockstep_tile<N>(lane, group));
+    (*static_cast<lane_call_void*>(self)->f)(lockstep_tile<N>(lane, 0, group));
   }
 };
 
@@ -269,6 +284,3 @@ decltype(auto) on_tile(F&& f) {
 }
 
 }  // namespace ccht::lanes
-
-#undef CCHT_LANES_SITE_PARAM
-#undef CCHT_LANES_SITE
