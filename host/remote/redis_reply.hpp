@@ -1,5 +1,5 @@
-// Internal to ccht::remote (host/remote/redis_tier.cpp) and its fuzz target (fuzz/): how the Redis
-// tier reads replies. A reply may claim no more than its request can legitimately return (array
+// Internal to ccht::remote (host/remote/) and its fuzz target (fuzz/): how the Redis tier reads
+// replies (redis_reply.cpp) and maps a cluster's slots (redis_cluster.cpp). A reply may claim no more than its request can legitimately return (array
 // elements, bulk bytes, line bytes): a server that claims more is a protocol error before hiredis
 // allocates or waits for what it claims, and the connection is dropped.
 #pragma once
@@ -16,6 +16,9 @@
 #include <vector>
 
 namespace ccht::detail {
+
+/// Hash slots of a Redis Cluster.
+inline constexpr std::size_t cluster_slots = 16384;
 
 /// What the replies to one request may claim.
 struct reply_bounds {
