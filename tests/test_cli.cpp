@@ -50,11 +50,13 @@ std::string quoted(std::string const& s) {
   return q + "'";
 }
 
-/// Runs `ccht args...` with stdout and stderr redirected to files in @p dir.
-cli_result run_cli(temp_dir const& dir, std::vector<std::string> const& args) {
+/// Runs `ccht args...` with stdout and stderr redirected to files in @p dir; @p env (for example
+/// "env -u NAME") is put before the command.
+cli_result run_cli(temp_dir const& dir, std::vector<std::string> const& args,
+                   std::string const& env = {}) {
   cli_result r;
   fs::path const out = dir.path() / "cli.stdout", err = dir.path() / "cli.stderr";
-  r.cmd = quoted(CCHT_CLI_PATH);
+  r.cmd = env.empty() ? quoted(CCHT_CLI_PATH) : env + " " + quoted(CCHT_CLI_PATH);
   for (auto const& a : args) {
     r.cmd += ' ';
     r.cmd += quoted(a);
@@ -796,6 +798,22 @@ TEST(Cli, KvReplayBadArgumentsExitWithTwo) {
   EXPECT_EQ(h.rc, 0) << describe(h);
   EXPECT_NE(h.out.find("mooncake_synthetic.jsonl"), std::string::npos)
       << "--help names the default trace\n" << describe(h);
+}
+
+TEST(Cli, KvReplayWithoutATraceReplaysASyntheticOne) {
+  temp_dir dir;
+  auto const r = run_cli(dir, {"kv-replay", "--pages", "200", "--json"}, "env -u CCHT_TRACES_DIR");
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  EXPECT_NE(r.err.find("synthetic"), std::string::npos) << describe(r);
+  auto const rows = json_lines(r.out);
+  ASSERT_EQ(rows.size(), 2u) << describe(r);  // page-cache and lru
+  EXPECT_EQ(rows[0]["trace"], "synthetic");
+  EXPECT_EQ(rows[0]["requests"], 2000);
+  // A CCHT_TRACES_DIR without the trace is an error that names the file, not a silent fallback.
+  auto const m = run_cli(dir, {"kv-replay", "--pages", "200"},
+                         "CCHT_TRACES_DIR=" + quoted(dir.path().string()));
+  EXPECT_EQ(m.rc, 2) << describe(m);
+  EXPECT_NE(m.err.find("mooncake_synthetic.jsonl"), std::string::npos) << describe(m);
 }
 
 TEST(Cli, KvReplayMooncakeTrace) {

@@ -6,9 +6,9 @@
 //
 //   ccht_kv_prefix_cache [--trace FILE] [--pages N] [--page-bytes B] [--requests N]
 //
-// Without --trace it reads the shared trace ($CCHT_TRACES_DIR/mooncake_synthetic.jsonl when that
-// variable is set, else ../shared/traces/mooncake_synthetic.jsonl beside the source checkout);
-// when that is missing it says so and replays a small synthetic trace made in-process instead. Exit codes: 0 ok, 1 a page held the wrong bytes, an invariant failed
+// Without --trace it reads $CCHT_TRACES_DIR/mooncake_synthetic.jsonl when that variable is set,
+// else it replays a small synthetic prefix-sharing trace made in-process (and says so).
+// Exit codes: 0 ok, 1 a page held the wrong bytes, an invariant failed
 // (pages left pinned after the releases, resident + free != pages, ...) or the trace is
 // malformed, 2 bad arguments.
 #include <sim/kv_replay.hpp>
@@ -24,17 +24,12 @@
 #include <string_view>
 #include <vector>
 
-#ifndef CCHT_DEFAULT_KV_TRACE
-#define CCHT_DEFAULT_KV_TRACE "../shared/traces/mooncake_synthetic.jsonl"
-#endif
-
 namespace {
 
 constexpr char const* usage =
     "usage: ccht_kv_prefix_cache [--trace FILE] [--pages N] [--page-bytes B] [--requests N]\n"
     "  --trace FILE     Mooncake JSONL trace (default $CCHT_TRACES_DIR/mooncake_synthetic.jsonl,\n"
-    "                   else " CCHT_DEFAULT_KV_TRACE ";\n"
-    "                   a synthetic trace when it is missing)\n"
+    "                   else a synthetic trace generated in-process)\n"
     "  --pages N        pages of the cache (default 4000)\n"
     "  --page-bytes B   bytes per page (default 256)\n"
     "  --requests N     replay the first N requests only (default: all)\n";
@@ -83,8 +78,8 @@ int main(int argc, char** argv) {
   }
 
   // The default trace: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl when set (as the tests and
-  // `ccht kv-replay` read it), else the shared folder beside the source checkout.
-  std::string default_trace = CCHT_DEFAULT_KV_TRACE;
+  // `ccht kv-replay` read it), else none: a synthetic trace.
+  std::string default_trace;
   if (char const* e = std::getenv("CCHT_TRACES_DIR"); e != nullptr && *e != '\0') {
     default_trace = (std::filesystem::path(e) / "mooncake_synthetic.jsonl").string();
   }
@@ -93,9 +88,9 @@ int main(int argc, char** argv) {
   try {
     if (trace.empty() && !std::filesystem::exists(default_trace)) {
       std::size_t const n = requests ? requests : 2000;
-      std::printf("NOTE: trace %s not found; replaying a synthetic prefix-sharing trace of %zu "
-                  "requests generated in-process instead\n",
-                  default_trace.c_str(), n);
+      std::printf("NOTE: no trace (%s); replaying a synthetic prefix-sharing trace of %zu "
+                  "requests generated in-process\n",
+                  default_trace.empty() ? "CCHT_TRACES_DIR is not set" : "the default is missing", n);
       reqs = ccht::sim::synthetic_kv_trace(n);
       source = "synthetic";
     } else {

@@ -78,8 +78,7 @@ struct kv_replay_options {
 };
 
 /// The trace `ccht kv-replay` reads without --trace: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl
-/// when that variable is set, else ../shared/traces/mooncake_synthetic.jsonl beside the source
-/// checkout (fixed at build time).
+/// when that variable is set, else empty (kv-replay then replays a synthetic trace it generates).
 std::string default_kv_trace();
 
 /// Host-tier pages of a --tiers value ("host=M"); 0 for an empty value. Throws

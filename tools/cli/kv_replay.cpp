@@ -11,17 +11,19 @@
 #include <filesystem>
 #include <stdexcept>
 
-#ifndef CCHT_DEFAULT_KV_TRACE
-#define CCHT_DEFAULT_KV_TRACE "../shared/traces/mooncake_synthetic.jsonl"
-#endif
-
 namespace ccht::cli {
+namespace {
+
+/// Requests of the synthetic trace replayed when no trace is given.
+constexpr std::size_t synthetic_requests = 2000;
+
+}  // namespace
 
 std::string default_kv_trace() {
   if (char const* e = std::getenv("CCHT_TRACES_DIR"); e != nullptr && *e != '\0') {
     return (std::filesystem::path(e) / "mooncake_synthetic.jsonl").string();
   }
-  return CCHT_DEFAULT_KV_TRACE;
+  return {};
 }
 
 std::size_t parse_host_tier(std::string const& tiers) {
@@ -99,19 +101,22 @@ int cmd_kv_replay(kv_replay_options opt) {
       runs.push_back(o);
     }
   }
-  if (opt.trace.empty()) {
-    opt.trace = default_kv_trace();
-    if (!std::filesystem::exists(opt.trace)) {
-      throw std::invalid_argument("no --trace given and the default trace " + opt.trace +
-                                  " does not exist (set CCHT_TRACES_DIR or pass --trace FILE)");
-    }
+  if (opt.trace.empty()) { opt.trace = default_kv_trace(); }
+  if (!opt.trace.empty() && !std::filesystem::exists(opt.trace)) {
+    throw std::invalid_argument("the trace " + opt.trace +
+                                " does not exist (unset CCHT_TRACES_DIR or pass --trace FILE)");
   }
-  auto const requests = sim::read_mooncake_requests(opt.trace);
+  std::vector<sim::kv_request> const requests =
+      opt.trace.empty() ? sim::synthetic_kv_trace(synthetic_requests)
+                        : sim::read_mooncake_requests(opt.trace);
   std::size_t refs = 0;
   for (auto const& r : requests) { refs += r.size(); }
-  std::fprintf(stderr, "%s: %zu requests, %zu page refs (Mooncake JSONL)\n", opt.trace.c_str(),
-               requests.size(), refs);
-  std::string const name = std::filesystem::path(opt.trace).filename().string();
+  std::string const name =
+      opt.trace.empty() ? std::string("synthetic") : std::filesystem::path(opt.trace).filename().string();
+  std::fprintf(stderr, "%s: %zu requests, %zu page refs (%s)\n",
+               opt.trace.empty() ? "no --trace" : opt.trace.c_str(), requests.size(), refs,
+               opt.trace.empty() ? "a synthetic prefix-sharing trace generated in-process"
+                                 : "Mooncake JSONL");
 
   progress bar(runs.size(), "runs");
   std::vector<sim::kv_replay_result> rows;

@@ -202,8 +202,8 @@ int main(int argc, char** argv) {
   cli::kv_replay_options kvo;
   std::string kv_policies = "page-cache,lru";
   kv->add_option("--trace", kvo.trace,
-                 "Mooncake JSONL trace (default: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl if set, "
-                 "else " + cli::default_kv_trace() + "; an error if that file is missing)")
+                 "Mooncake JSONL trace (default: $CCHT_TRACES_DIR/mooncake_synthetic.jsonl if that "
+                 "variable is set, else a synthetic prefix-sharing trace of 2000 requests)")
       ->check(CLI::ExistingFile);
   kv->add_option("--pages", kvo.pages,
                  "Pages of the (upper) cache, comma-separated for several runs (required)")
