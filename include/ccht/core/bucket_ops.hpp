@@ -238,6 +238,278 @@ struct upsert_hook {
   }
 };
 
+/**
+ * A key's two candidate buckets locked by lane 0, in index order (the lower first, so that two
+ * writers never wait on each other in a cycle), and the odd versions it holds.
+ */
+struct locked_pair {
+  std::uint32_t lo;
+  std::uint32_t hi;
+  std::uint32_t vlo = 0;
+  std::uint32_t vhi = 0;
+
+  /// Releases both buckets: their versions become even again. Lane 0 only.
+  template <int B>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE void release(bucket_array_view<B> const& v) const noexcept {
+    store_release(v.versions[hi], vhi + 1);
+    store_release(v.versions[lo], vlo + 1);
+  }
+};
+
+/// Locks @p cb's two buckets (lane 0) and makes the tile see what their last writers stored.
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE locked_pair lock_pair(Tile const& tile,
+                                                        bucket_array_view<B> const& v,
+                                                        candidate_buckets const& cb) noexcept {
+  locked_pair p{cb.first < cb.second ? cb.first : cb.second,
+                cb.first < cb.second ? cb.second : cb.first};
+  if (tile.thread_rank() == 0) {
+    p.vlo = lock_bucket(v.versions[p.lo]);
+    p.vhi = lock_bucket(v.versions[p.hi]);
+    fence_release();  // slot stores after this must not be seen before the odd versions
+  }
+  tile.sync();
+  fence_acquire();
+  return p;
+}
+
+/// Releases a pair lock_pair took (every lane calls; lane 0 stores).
+template <class Tile, int B>
+CCHT_HOST_DEVICE CCHT_FORCEINLINE void unlock_pair(Tile const& tile, bucket_array_view<B> const& v,
+                                                   locked_pair const& p) noexcept {
+  if (tile.thread_rank() == 0) { p.release(v); }
+}
+
+/**
+ * @brief The steps of bucket_ops::insert_with, in the order it takes them: locate the key or a
+ *        free slot in the two locked buckets, else take the older of their two oldest entries;
+ *        for a new entry at the capacity, make room globally (global.hpp); reserve the free
+ *        slot; write and unlock; repay an overshoot and report the eviction. Each is called
+ *        once per insert and forced inline, so the insert compiles as one function.
+ */
+template <class Policy, int B>
+struct insert_steps {
+  using view_type = bucket_array_view<B>;
+
+  /// The key's two candidate buckets, in candidate order.
+  struct pair_buckets {
+    bucket<B>& first;
+    bucket<B>& second;
+    candidate_buckets cb;
+
+    CCHT_HOST_DEVICE std::uint32_t index_of(bucket<B> const* b) const noexcept {
+      return b == &first ? cb.first : cb.second;
+    }
+  };
+
+  /// Where the entry goes and what the insert does there.
+  struct placement {
+    bucket<B>* target = nullptr;
+    int slot = -1;
+    op_status status = op_status::inserted_evicted;  // until a slot is found
+    bool target_empty = false;                       // a new entry goes into an empty bucket
+  };
+
+  /// What making room globally left to do.
+  struct room {
+    bool note_tail = false;    // the new entry may be its bucket's oldest: lower the tail word
+    bool owes_victim = false;  // went in above the capacity: evict once the locks are released
+  };
+
+  /// The key's slot, else a free slot (status inserted), else status inserted_evicted and no
+  /// target yet.
+  template <class Tile>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static placement locate(Tile const& tile, pair_buckets const& p, key_type key,
+                                           access_counts* acc) noexcept {
+    placement at;
+    count_probe<B>(acc);
+    scan_result const r1 = scan_locked(tile, p.first, key);
+    if (r1.match >= 0) { return {&p.first, r1.match, op_status::assigned, false}; }
+    count_probe<B>(acc);
+    scan_result const r2 = scan_locked(tile, p.second, key);
+    if (r2.match >= 0) { return {&p.second, r2.match, op_status::assigned, false}; }
+    // Plain CCHT fills the first bucket first, so most finds end there. With a global capacity
+    // layer the free slots are headroom, and balancing them keeps the buckets from filling (and
+    // evicting in-bucket) while the table still has room.
+    if (r1.empty >= 0 && (Policy::global == global_layer::none || r1.free >= r2.free)) {
+      return {&p.first, r1.empty, op_status::inserted, r1.free == B};
+    }
+    if (r2.empty >= 0) { return {&p.second, r2.empty, op_status::inserted, r2.free == B}; }
+    return at;
+  }
+
+  /// Both buckets full: the older of their oldest entries becomes the victim. False when every
+  /// entry of both is pinned (nothing may go).
+  template <class Tile>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool take_bucket_victim(Tile const& tile, view_type const& v,
+                                                  pair_buckets const& p, placement& at,
+                                                  access_counts* acc) noexcept {
+    count_scores<B>(acc);
+    count_scores<B>(acc);
+    count_value_read(acc);  // the victim's value, to report it
+    while (true) {
+      score_type m1, m2;
+      int const s1 = min_score_slot(tile, p.first, m1);
+      int const s2 = min_score_slot(tile, p.second, m2);
+      if constexpr (Policy::pinnable) {
+        // Pinned scores are at least pin_one, so the smaller minimum is unpinned if any is.
+        if (is_pinned_score(m1) && is_pinned_score(m2)) { return false; }
+      }
+      bool const second_older = m2 < m1;
+      at.target = second_older ? &p.second : &p.first;
+      at.slot = second_older ? s2 : s1;
+      // Pinnable policies claim the victim first: a lock-free pin may take it meanwhile
+      // (core/pin.hpp), and then the victim is chosen again.
+      if constexpr (Policy::pinnable) {
+        if (v.optimistic_pins && !claim_score(tile, at.target->scores[at.slot])) { continue; }
+      }
+      return true;
+    }
+  }
+
+  /// A hook that leaves existing keys alone: report the present value, change nothing, unlock.
+  template <class Tile>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status report_existing(Tile const& tile, view_type const& v,
+                                                    locked_pair const& pair, placement const& at,
+                                                    value_type& value) noexcept {
+    value_type current = 0;
+    if (tile.thread_rank() == 0) { current = load_relaxed(at.target->values[at.slot]); }
+    unlock_pair(tile, v, pair);
+    value = tile.shfl(current, 0);
+    return op_status::assigned;
+  }
+
+  /// Own-first (global.hpp): at the capacity, the older own bucket's oldest entry goes if it is
+  /// old enough; then the new entry takes its slot. False to search globally instead.
+  template <class Tile>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool evict_own(Tile const& tile, view_type const& v,
+                                         pair_buckets const& p, placement& at, tick_type tick,
+                                         access_counts* acc) noexcept {
+    int own_slot = -1;
+    int const own = own_victim(tile, v, tick, p.first, p.second, own_slot, acc);
+    if (own < 0) { return false; }
+    bucket<B>& ob = own == 0 ? p.first : p.second;
+    if (v.optimistic_pins && !claim_score(tile, ob.scores[own_slot])) {
+      return false;  // a lock-free pin won it: search globally instead
+    }
+    // The victim was its bucket's oldest, so the bucket's tail word stays a lower bound.
+    count_value_read(acc);  // the victim's value, to report it
+    at.target = &ob;
+    at.slot = own_slot;
+    at.status = op_status::inserted_evicted;
+    return true;
+  }
+
+  /// A new entry with a global capacity layer: take its place in the live count and, at the
+  /// capacity, evict a victim (own-first, one chosen for the batch, or the global search).
+  template <class Tile, class Hook>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static room make_room(Tile const& tile, view_type const& v,
+                                         locked_pair const& pair, pair_buckets const& p,
+                                         placement& at, tick_type tick, Hook& hook,
+                                         key_type& evicted_key, value_type& evicted_value,
+                                         access_counts* acc) noexcept {
+    room r;
+    r.note_tail = v.tails != nullptr && at.target_empty;
+    std::uint64_t before = 0;
+    bool swapped = false;  // at the capacity: the count stays, a victim goes for the entry
+    if (tile.thread_rank() == 0) { before = reserve_live(v.live, v.capacity, swapped); }
+    before = tile.shfl(before, 0);
+    bool own = false;
+    if constexpr (Policy::global == global_layer::entry_lru) {
+      if (before >= v.capacity && v.victim_age != nullptr) { own = evict_own(tile, v, p, at, tick, acc); }
+    }
+    if (own) {
+      r.note_tail = false;  // the new entry took the old oldest's slot in place
+    } else if (before >= v.capacity) {
+      std::uint32_t victim_bucket = ~std::uint32_t{0};
+      bool supplied = false;  // a victim chosen for the whole batch (bulk victim select)
+      if constexpr (supplies_victims_v<Hook>) {
+        supplied = evict_supplied(tile, v, hook, tick, pair.lo, pair.hi, evicted_key,
+                                  evicted_value, victim_bucket, acc);
+      }
+      if (supplied || evict_global<Policy::global>(tile, v, tick, pair.lo, pair.hi, evicted_key,
+                                                   evicted_value, victim_bucket, acc)) {
+        at.status = op_status::inserted_evicted;
+        r.note_tail = r.note_tail || (v.tails != nullptr && victim_bucket == p.index_of(at.target));
+      } else {
+        r.owes_victim = true;  // repaid once the two locks are released
+      }
+    }
+    if (tile.thread_rank() == 0) {
+      settle_live(v.live, swapped, at.status == op_status::inserted_evicted);
+    }
+    return r;
+  }
+
+  /// A free slot and no victim: whether the hook lets the entry take it (a refusal gives the
+  /// live count back).
+  template <class Tile, class Hook>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool reserve_free_slot(Tile const& tile, view_type const& v,
+                                                 Hook& hook) noexcept {
+    int ok = 1;
+    if (tile.thread_rank() == 0) { ok = hook.reserve() ? 1 : 0; }
+    if (tile.shfl(ok, 0) != 0) { return true; }
+    if constexpr (Policy::global != global_layer::none) {
+      if (tile.thread_rank() == 0) { add_live(v.live, -1); }
+    }
+    return false;
+  }
+
+  /// Lane 0 writes the entry (an assignment promotes; a new entry reports what its slot held)
+  /// and releases both buckets.
+  template <class Tile, class Hook>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void write_and_unlock(Tile const& tile, view_type const& v,
+                                                locked_pair const& pair, pair_buckets const& p,
+                                                placement const& at, key_type key,
+                                                value_type& value, tick_type tick, Hook& hook,
+                                                bool note_tail, key_type& evicted_key,
+                                                value_type& evicted_value,
+                                                access_counts* acc) noexcept {
+    count_slot_write(acc);
+    if (tile.thread_rank() != 0) { return; }
+    bucket<B>& b = *at.target;
+    if (at.status == op_status::assigned) {
+      store_relaxed(b.values[at.slot], value);
+      promote_locked<Policy>(b.scores[at.slot], tick);
+    } else {
+      bool const evicts = at.status == op_status::inserted_evicted;
+      if (evicts && load_relaxed(b.keys[at.slot]) != empty_key) {
+        evicted_key = load_relaxed(b.keys[at.slot]);
+        evicted_value = load_relaxed(b.values[at.slot]);
+      }
+      value = hook.value_for(value, evicts, evicted_value);
+      store_relaxed(b.values[at.slot], value);
+      store_relaxed(b.scores[at.slot], Policy::on_insert(tick) + Hook::initial_pins);
+      store_relaxed(b.keys[at.slot], key);
+      if (note_tail) { lower_tail(v, p.index_of(at.target), Policy::on_insert(tick), acc); }
+    }
+    pair.release(v);
+  }
+
+  /// After the unlock: an insert above the capacity evicts its debt (when the hook allows),
+  /// and the evicted pair and the stored value reach every lane.
+  template <class Tile, class Hook>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status repay_and_report(Tile const& tile, view_type const& v,
+                                                     op_status status, bool owes_victim,
+                                                     key_type key, tick_type tick, Hook&,
+                                                     value_type& value, key_type& evicted_key,
+                                                     value_type& evicted_value,
+                                                     access_counts* acc) noexcept {
+    if constexpr (Policy::global != global_layer::none && repays_overshoot_v<Hook>) {
+      if (owes_victim && status == op_status::inserted &&
+          repay_overshoot<Policy::global>(tile, v, tick, key, evicted_key, evicted_value, acc)) {
+        status = op_status::inserted_evicted;
+      }
+    }
+    if (status == op_status::inserted_evicted) {
+      evicted_key = tile.shfl(evicted_key, 0);
+      evicted_value = tile.shfl(evicted_value, 0);
+    }
+    if constexpr (!Hook::assigns_existing) { value = tile.shfl(value, 0); }
+    return status;
+  }
+};
+
 }  // namespace detail
 
 /**
@@ -341,199 +613,33 @@ struct bucket_ops {
                                                 Hook& hook, access_counts* acc = nullptr) noexcept {
     static_assert(!Policy::kick_out, "kick-out policies insert through core/kickout.hpp");
     static_assert(Hook::initial_pins == 0 || Policy::pinnable, "this policy has no pins");
+    using steps = detail::insert_steps<Policy, BucketSize>;
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
-    std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
-    std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
-    std::uint32_t vlo = 0, vhi = 0;
-    if (tile.thread_rank() == 0) {
-      vlo = detail::lock_bucket(v.versions[lo]);
-      vhi = detail::lock_bucket(v.versions[hi]);
-      detail::fence_release();  // slot stores below must not be seen before the odd versions
+    detail::locked_pair const pair = detail::lock_pair(tile, v, cb);
+    typename steps::pair_buckets const buckets{v.buckets[cb.first], v.buckets[cb.second], cb};
+    typename steps::placement at = steps::locate(tile, buckets, key, acc);
+    if (at.status == op_status::inserted_evicted &&
+        !steps::take_bucket_victim(tile, v, buckets, at, acc)) {
+      detail::unlock_pair(tile, v, pair);  // both candidates full of pinned entries
+      return op_status::no_space;
     }
-    tile.sync();
-    detail::fence_acquire();
-
-    bucket<BucketSize>& b1 = v.buckets[cb.first];
-    bucket<BucketSize>& b2 = v.buckets[cb.second];
-    detail::count_probe<BucketSize>(acc);
-    detail::scan_result const r1 = detail::scan_locked(tile, b1, key);
-    op_status status;
-    bucket<BucketSize>* target = nullptr;
-    int slot = -1;
-    bool target_empty = false;  // a new entry goes into an empty bucket
-    if (r1.match >= 0) {
-      target = &b1;
-      slot = r1.match;
-      status = op_status::assigned;
-    } else {
-      detail::count_probe<BucketSize>(acc);
-      detail::scan_result const r2 = detail::scan_locked(tile, b2, key);
-      if (r2.match >= 0) {
-        target = &b2;
-        slot = r2.match;
-        status = op_status::assigned;
-      } else if (r1.empty >= 0 &&
-                 (Policy::global == global_layer::none || r1.free >= r2.free)) {
-        // Plain CCHT fills the first bucket first, so most finds end there. With a global
-        // capacity layer the free slots are headroom, and balancing them keeps the buckets from
-        // filling (and evicting in-bucket) while the table still has room.
-        target = &b1;
-        slot = r1.empty;
-        target_empty = r1.free == BucketSize;
-        status = op_status::inserted;
-      } else if (r2.empty >= 0) {
-        target = &b2;
-        slot = r2.empty;
-        target_empty = r2.free == BucketSize;
-        status = op_status::inserted;
-      } else {
-        detail::count_scores<BucketSize>(acc);
-        detail::count_scores<BucketSize>(acc);
-        detail::count_value_read(acc);  // the victim's value, to report it
-        while (true) {
-          score_type m1, m2;
-          int const s1 = detail::min_score_slot(tile, b1, m1);
-          int const s2 = detail::min_score_slot(tile, b2, m2);
-          if constexpr (Policy::pinnable) {
-            // Pinned scores are at least pin_one, so the smaller minimum is unpinned if any is.
-            if (is_pinned_score(m1) && is_pinned_score(m2)) {
-              if (tile.thread_rank() == 0) {
-                detail::store_release(v.versions[hi], vhi + 1);
-                detail::store_release(v.versions[lo], vlo + 1);
-              }
-              return op_status::no_space;
-            }
-          }
-          bool const second_older = m2 < m1;
-          target = second_older ? &b2 : &b1;
-          slot = second_older ? s2 : s1;
-          // Pinnable policies claim the victim first: a lock-free pin may take it meanwhile
-          // (core/pin.hpp), and then the victim is chosen again.
-          if constexpr (Policy::pinnable) {
-            if (v.optimistic_pins && !detail::claim_score(tile, target->scores[slot])) { continue; }
-          }
-          break;
-        }
-        status = op_status::inserted_evicted;
-      }
-    }
-
-    auto unlock = [&] {
-      if (tile.thread_rank() == 0) {
-        detail::store_release(v.versions[hi], vhi + 1);
-        detail::store_release(v.versions[lo], vlo + 1);
-      }
-    };
     if constexpr (!Hook::assigns_existing) {
-      if (status == op_status::assigned) {  // present: report its value, change nothing
-        value_type current = 0;
-        if (tile.thread_rank() == 0) { current = detail::load_relaxed(target->values[slot]); }
-        unlock();
-        value = tile.shfl(current, 0);
-        return status;
-      }
+      if (at.status == op_status::assigned) { return steps::report_existing(tile, v, pair, at, value); }
     }
-
-    // Tail index (global.hpp): a new entry can be a bucket's oldest only in a bucket that was
-    // empty, or that the global eviction below may empty (its word is then refreshed first).
-    bool note_tail = false;
-    bool owes_victim = false;  // went in above the capacity: no victim's bucket could be locked
+    typename steps::room room{};
     if constexpr (Policy::global != global_layer::none) {
-      if (status == op_status::inserted) {  // a new entry: does it fit the capacity?
-        std::uint32_t const target_index = target == &b1 ? cb.first : cb.second;
-        note_tail = v.tails != nullptr && target_empty;
-        std::uint64_t before = 0;
-        bool swapped = false;  // at the capacity: the count stays, a victim goes for the entry
-        if (tile.thread_rank() == 0) { before = detail::reserve_live(v.live, v.capacity, swapped); }
-        before = tile.shfl(before, 0);
-        std::uint32_t victim_bucket = ~std::uint32_t{0};
-        int own = -1;  // own-first: the own bucket (0: b1, 1: b2) whose oldest entry goes
-        int own_slot = -1;
-        if constexpr (Policy::global == global_layer::entry_lru) {
-          if (before >= v.capacity && v.victim_age != nullptr) {
-            own = detail::own_victim(tile, v, tick, b1, b2, own_slot, acc);
-            if (own >= 0) {
-              bucket<BucketSize>& ob = own == 0 ? b1 : b2;
-              if (v.optimistic_pins && !detail::claim_score(tile, ob.scores[own_slot])) {
-                own = -1;  // a lock-free pin won it: search globally instead
-              }
-            }
-          }
-        }
-        if (own >= 0) {
-          // In place: the new entry takes the victim's slot, which the write below reports.
-          // The victim was its bucket's oldest, so the bucket's tail word stays a lower bound.
-          detail::count_value_read(acc);  // the victim's value, to report it
-          target = own == 0 ? &b1 : &b2;
-          slot = own_slot;
-          status = op_status::inserted_evicted;
-          note_tail = false;
-        } else if (before >= v.capacity) {
-          bool supplied = false;  // a victim chosen for the whole batch (bulk victim select)
-          if constexpr (detail::supplies_victims_v<Hook>) {
-            supplied = detail::evict_supplied(tile, v, hook, tick, lo, hi, evicted_key,
-                                              evicted_value, victim_bucket, acc);
-          }
-          if (supplied || detail::evict_global<Policy::global>(tile, v, tick, lo, hi, evicted_key,
-                                                               evicted_value, victim_bucket, acc)) {
-            status = op_status::inserted_evicted;
-            note_tail = note_tail || (v.tails != nullptr && victim_bucket == target_index);
-          } else {
-            owes_victim = true;  // repaid below, once the two locks are released
-          }
-        }
-        if (tile.thread_rank() == 0) {
-          detail::settle_live(v.live, swapped, status == op_status::inserted_evicted);
-        }
+      if (at.status == op_status::inserted) {
+        room = steps::make_room(tile, v, pair, buckets, at, tick, hook, evicted_key, evicted_value, acc);
       }
     }
-    if (status == op_status::inserted) {  // a free slot and no victim: may the entry take it?
-      int ok = 1;
-      if (tile.thread_rank() == 0) { ok = hook.reserve() ? 1 : 0; }
-      if (tile.shfl(ok, 0) == 0) {
-        if constexpr (Policy::global != global_layer::none) {
-          if (tile.thread_rank() == 0) { detail::add_live(v.live, -1); }
-        }
-        unlock();
-        return op_status::no_space;
-      }
+    if (at.status == op_status::inserted && !steps::reserve_free_slot(tile, v, hook)) {
+      detail::unlock_pair(tile, v, pair);
+      return op_status::no_space;
     }
-
-    detail::count_slot_write(acc);
-    if (tile.thread_rank() == 0) {
-      score_type& score = target->scores[slot];
-      if (status == op_status::assigned) {
-        detail::store_relaxed(target->values[slot], value);
-        detail::promote_locked<Policy>(score, tick);
-      } else {
-        if (status == op_status::inserted_evicted && detail::load_relaxed(target->keys[slot]) != empty_key) {
-          evicted_key = detail::load_relaxed(target->keys[slot]);
-          evicted_value = detail::load_relaxed(target->values[slot]);
-        }
-        value = hook.value_for(value, status == op_status::inserted_evicted, evicted_value);
-        detail::store_relaxed(target->values[slot], value);
-        detail::store_relaxed(score, Policy::on_insert(tick) + Hook::initial_pins);
-        detail::store_relaxed(target->keys[slot], key);
-        if (note_tail) {
-          detail::lower_tail(v, target == &b1 ? cb.first : cb.second, Policy::on_insert(tick), acc);
-        }
-      }
-      detail::store_release(v.versions[hi], vhi + 1);
-      detail::store_release(v.versions[lo], vlo + 1);
-    }
-    if constexpr (Policy::global != global_layer::none && detail::repays_overshoot_v<Hook>) {
-      if (owes_victim && status == op_status::inserted &&
-          detail::repay_overshoot<Policy::global>(tile, v, tick, key, evicted_key, evicted_value,
-                                                  acc)) {
-        status = op_status::inserted_evicted;
-      }
-    }
-    if (status == op_status::inserted_evicted) {
-      evicted_key = tile.shfl(evicted_key, 0);
-      evicted_value = tile.shfl(evicted_value, 0);
-    }
-    if constexpr (!Hook::assigns_existing) { value = tile.shfl(value, 0); }
-    return status;
+    steps::write_and_unlock(tile, v, pair, buckets, at, key, value, tick, hook, room.note_tail,
+                            evicted_key, evicted_value, acc);
+    return steps::repay_and_report(tile, v, at.status, room.owes_victim, key, tick, hook, value,
+                                   evicted_key, evicted_value, acc);
   }
 
   /// Removes @p key if present. @return true when it was removed
@@ -541,16 +647,7 @@ struct bucket_ops {
   CCHT_HOST_DEVICE static bool erase(Tile const& tile, view_type const& v, key_type key,
                                      access_counts* acc = nullptr) noexcept {
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
-    std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
-    std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
-    std::uint32_t vlo = 0, vhi = 0;
-    if (tile.thread_rank() == 0) {
-      vlo = detail::lock_bucket(v.versions[lo]);
-      vhi = detail::lock_bucket(v.versions[hi]);
-      detail::fence_release();
-    }
-    tile.sync();
-    detail::fence_acquire();
+    detail::locked_pair const pair = detail::lock_pair(tile, v, cb);
     bucket<BucketSize>* target = &v.buckets[cb.first];
     detail::count_probe<BucketSize>(acc);
     int slot = detail::find_slot(tile, *target, key);
@@ -565,8 +662,7 @@ struct bucket_ops {
         detail::store_relaxed(target->keys[slot], empty_key);
         if (v.live != nullptr) { detail::add_live(v.live, -1); }  // any policy may erase
       }
-      detail::store_release(v.versions[hi], vhi + 1);
-      detail::store_release(v.versions[lo], vlo + 1);
+      pair.release(v);
     }
     return slot >= 0;
   }

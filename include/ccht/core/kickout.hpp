@@ -93,16 +93,9 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
                                                     access_counts* acc) noexcept {
   static_assert(Policy::kick_out, "kick-out insertion needs a kick-out policy");
   candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
-  std::uint32_t const lo = cb.first < cb.second ? cb.first : cb.second;
-  std::uint32_t const hi = cb.first < cb.second ? cb.second : cb.first;
-  std::uint32_t vlo = 0, vhi = 0;
-  if (tile.thread_rank() == 0) {
-    vlo = lock_bucket(v.versions[lo]);
-    vhi = lock_bucket(v.versions[hi]);
-    fence_release();  // slot stores below must not be seen before the odd versions
-  }
-  tile.sync();
-  fence_acquire();
+  locked_pair const pair = lock_pair(tile, v, cb);
+  std::uint32_t const lo = pair.lo;
+  std::uint32_t const hi = pair.hi;
 
   // 0. An existing key (in either bucket) is updated and promoted in place.
   bucket<B>& b1 = v.buckets[cb.first];
@@ -129,8 +122,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
       score_type& score = found->scores[found_slot];
       store_relaxed(found->values[found_slot], value);
       promote_locked<Policy>(score, tick);
-      store_release(v.versions[hi], vhi + 1);
-      store_release(v.versions[lo], vlo + 1);
+      pair.release(v);
     }
     return op_status::assigned;
   }
@@ -272,8 +264,7 @@ CCHT_HOST_DEVICE op_status kickout_insert_or_assign(Tile const& tile,
     if (counted) { settle_live(v.live, swapped, evicts); }
     if (extra != no_bucket) { store_release(v.versions[extra], extra_held + 1); }
     if (victim) { release_victim(tile, v, gv); }
-    store_release(v.versions[hi], vhi + 1);
-    store_release(v.versions[lo], vlo + 1);
+    pair.release(v);
   }
   if (!evicts) { return op_status::inserted; }
   evicted_key = tile.shfl(evicted_key, 0);
