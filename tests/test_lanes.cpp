@@ -372,9 +372,9 @@ op_result run_op(Tile const& tile, ccht::bucket_array_view<B> const& v, int kind
         } else if (kind == op_unpin) {
           r.status = static_cast<int>(ops::unpin(tile, v, k, tick));
         } else if (kind == op_pin_free) {
-          r.status = ops::pin_optimistic(tile, v, k, r.value, any);
+          r.status = static_cast<int>(ops::pin_optimistic(tile, v, k, r.value, any));
         } else if constexpr (Policy::promotes_by_max) {
-          r.status = ops::unpin_optimistic(tile, v, k, tick, r.value, any);
+          r.status = static_cast<int>(ops::unpin_optimistic(tile, v, k, tick, r.value, any));
         }
       }
   }

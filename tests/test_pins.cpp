@@ -154,6 +154,56 @@ TEST(Pins, CoarseLruNeverEvictsPinned) {
   run_global_pins<ccht::coarse_lru>(ccht::victim_search::sampled, 3);
 }
 
+/// Every outcome of pin_optimistic and unpin_optimistic, on both of their paths: under the lock
+/// (a view without optimistic_pins) and lock-free (with it, as the page cache's).
+void check_pin_outcomes(bool optimistic) {
+  using ccht::pin_outcome;
+  using ops = ccht::bucket_ops<ccht::double_lru, ccht::default_bucket_size>;
+  ccht::table<cpu, ccht::double_lru> t(64, {.cpu_threads = 1, .capacity = 48});
+  auto v = t.ref().view();
+  v.optimistic_pins = optimistic;
+  ccht::scalar_tile const tile{};
+  key_type ek = 0;
+  value_type ev = 0;
+  ASSERT_EQ(t.ref().insert_or_assign(tile, 7, 70, ek, ev, 1), op_status::inserted);
+  auto const any = [](value_type) { return true; };
+  auto const none = [](value_type) { return false; };
+  auto const pins = [&] {
+    auto const cb = ccht::candidates(7, v.seed, v.num_buckets);
+    for (std::uint32_t b : {cb.first, cb.second}) {
+      for (int s = 0; s < v.buckets[b].size; ++s) {
+        if (v.buckets[b].keys[s] == 7) { return ccht::pins_of(v.buckets[b].scores[s]); }
+      }
+    }
+    return ~0u;
+  };
+  value_type val = 0;
+  EXPECT_EQ(ops::pin_optimistic(tile, v, 8, val, any), pin_outcome::absent);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 8, 2, val, any), pin_outcome::absent);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 7, 2, val, any), pin_outcome::not_pinned);
+  EXPECT_EQ(ops::pin_optimistic(tile, v, 7, val, none), pin_outcome::refused);
+  EXPECT_EQ(pins(), 0u) << "a refused pin changes nothing";
+  val = 0;
+  EXPECT_EQ(ops::pin_optimistic(tile, v, 7, val, any), pin_outcome::pinned_first);
+  EXPECT_EQ(val, 70u);
+  EXPECT_EQ(ops::pin_optimistic(tile, v, 7, val, any), pin_outcome::pinned_again);
+  EXPECT_EQ(pins(), 2u);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 7, 3, val, none), pin_outcome::refused);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 7, 3, val, any), pin_outcome::released);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 7, 4, val, any), pin_outcome::released_last);
+  EXPECT_EQ(pins(), 0u);
+  EXPECT_EQ(ops::unpin_optimistic(tile, v, 7, 5, val, any), pin_outcome::not_pinned);
+  for (std::uint32_t i = 0; i < ccht::max_pins; ++i) {
+    ASSERT_TRUE(ccht::pin_changed(ops::pin_optimistic(tile, v, 7, val, any))) << i;
+  }
+  EXPECT_EQ(ops::pin_optimistic(tile, v, 7, val, any), pin_outcome::saturated);
+  EXPECT_EQ(pins(), ccht::max_pins);
+  EXPECT_FALSE(ccht::pin_changed(pin_outcome::saturated));
+}
+
+TEST(Pins, OptimisticPinOutcomesUnderTheLock) { check_pin_outcomes(false); }
+TEST(Pins, OptimisticPinOutcomesLockFree) { check_pin_outcomes(true); }
+
 TEST(Pins, ExhaustionFailsCleanlyAndRecovers) {
   // Two buckets, every slot pinned: inserts of new keys fail with no_space and change nothing.
   ccht::table<cpu, ccht::lru> t(32, {.cpu_threads = 1});

@@ -238,24 +238,20 @@ struct page_ref {
   CCHT_HOST_DEVICE page_op_result lookup(Tile const& tile, key_type key,
                                          detail::slot_hint const* hint = nullptr) const noexcept {
     value_type val = 0;
-    int held = ops::pin_optimistic(tile, index, key, val,
-                                   [](value_type v) { return !detail::is_filling(v); }, nullptr,
-                                   hint);
-    bool const found = held != -2;
-    if (held == -3) { held = -2; }  // filling: pending below
-    val = tile.shfl(val, 0);
-    held = tile.shfl(held, 0);
+    pin_outcome const held =
+        ops::pin_optimistic(tile, index, key, val,
+                            [](value_type v) { return !detail::is_filling(v); }, nullptr, hint);
     page_op_result r;
-    if (!found) {
+    if (held == pin_outcome::absent) {
       r.status = page_status::miss;
-    } else if (held == -2) {
-      r.status = page_status::pending;
-    } else if (held == -1) {
+    } else if (held == pin_outcome::refused) {
+      r.status = page_status::pending;  // being filled
+    } else if (held == pin_outcome::saturated) {
       r.status = page_status::no_space;  // max_pins held already
     } else {
       r.status = page_status::hit;
       r.page = detail::page_of(val);
-      r.pinned_delta = held == 0 ? 1 : 0;
+      r.pinned_delta = held == pin_outcome::pinned_first ? 1 : 0;
     }
     return r;
   }
@@ -402,19 +398,19 @@ struct page_ref {
     page_op_result r;
     bool filling = false;
     value_type val = 0;
-    int const left = ops::unpin_optimistic(tile, index, key, tick, val, [&](value_type v) {
+    pin_outcome const left = ops::unpin_optimistic(tile, index, key, tick, val, [&](value_type v) {
       filling = detail::is_filling(v);
       return !filling && (expect == no_page || detail::page_of(v) == expect);
     }, acc, hint);
-    if (left >= 0) {
+    if (pin_changed(left)) {
       r.result = page_result::ok;
       r.page = detail::page_of(val);
-      r.pinned_delta = left == 0 ? -1 : 0;
-    } else if (left == -1) {
+      r.pinned_delta = left == pin_outcome::released_last ? -1 : 0;
+    } else if (left == pin_outcome::not_pinned) {
       r.result = page_result::not_pinned;
-    } else if (left == -2) {
+    } else if (left == pin_outcome::absent) {
       r.result = page_result::unknown_key;
-    } else {
+    } else {  // refused
       r.result = tile.shfl(static_cast<int>(filling), 0) ? page_result::filling
                                                          : page_result::unknown_page;
     }

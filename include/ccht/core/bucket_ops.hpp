@@ -682,7 +682,8 @@ struct bucket_ops {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     pin_status st = pin_status::absent;
     with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t, int slot) {
-      st = pin_locked_slot(b, slot) < 0 ? pin_status::saturated : pin_status::done;
+      st = pin_locked_slot(b, slot) == pin_outcome::saturated ? pin_status::saturated
+                                                               : pin_status::done;
       value = detail::load_relaxed(b.values[slot]);
     });
     value = tile.shfl(value, 0);
@@ -701,8 +702,9 @@ struct bucket_ops {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     pin_status st = pin_status::absent;
     with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
-      st = unpin_locked_slot(v, b, bi, slot, tick, acc) < 0 ? pin_status::not_pinned
-                                                            : pin_status::done;
+      st = unpin_locked_slot(v, b, bi, slot, tick, acc) == pin_outcome::not_pinned
+               ? pin_status::not_pinned
+               : pin_status::done;
     });
     return static_cast<pin_status>(tile.shfl(static_cast<int>(st), 0));
   }
@@ -771,34 +773,36 @@ struct bucket_ops {
 
   /**
    * @brief Releases one pin of the entry in @p slot (caller holds the bucket's lock), as unpin()
-   *        does. @return the pins left, or -1 when it held none (nothing changed)
+   *        does. @return released_last, released, or not_pinned when it held none (nothing
+   *        changed)
    */
-  CCHT_HOST_DEVICE static int unpin_locked_slot(view_type const& v, bucket<BucketSize>& b,
-                                                std::uint32_t bi, int slot, tick_type tick,
-                                                access_counts* acc = nullptr) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome unpin_locked_slot(view_type const& v, bucket<BucketSize>& b,
+                                                        std::uint32_t bi, int slot, tick_type tick,
+                                                        access_counts* acc = nullptr) noexcept {
     score_type& s = b.scores[slot];
-    if (pins_of(detail::load_relaxed(s)) == 0) { return -1; }
+    if (pins_of(detail::load_relaxed(s)) == 0) { return pin_outcome::not_pinned; }
     score_type const left =
         detail::atomic_ref_t<score_type>(s).fetch_sub(pin_one, cuda::std::memory_order_relaxed) -
         pin_one;
-    if (is_pinned_score(left)) { return static_cast<int>(pins_of(left)); }
+    if (is_pinned_score(left)) { return pin_outcome::released; }
     detail::promote_locked<Policy>(s, tick);
     // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
     if (v.tails != nullptr) { detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask, acc); }
-    return 0;
+    return pin_outcome::released_last;
   }
 
   /**
    * @brief Adds one pin to the entry in @p slot (caller holds the bucket's lock), as pin() does.
-   * @return the pins held before, or -1 when it already holds max_pins (nothing changed)
+   * @return pinned_first, pinned_again, or saturated when it already holds max_pins (nothing
+   *         changed)
    */
-  CCHT_HOST_DEVICE static int pin_locked_slot(bucket<BucketSize>& b, int slot) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome pin_locked_slot(bucket<BucketSize>& b, int slot) noexcept {
     score_type& s = b.scores[slot];
     std::uint32_t const held = pins_of(detail::load_relaxed(s));
-    if (held >= max_pins) { return -1; }
+    if (held >= max_pins) { return pin_outcome::saturated; }
     // An atomic add: unlocked promotions (an atomic max) may hit the same word meanwhile.
     detail::atomic_ref_t<score_type>(s).fetch_add(pin_one, cuda::std::memory_order_relaxed);
-    return static_cast<int>(held);
+    return held == 0 ? pin_outcome::pinned_first : pin_outcome::pinned_again;
   }
 
   /**
@@ -813,33 +817,34 @@ struct bucket_ops {
    * The validated snapshot (an acquire of the version) orders the caller's later reads of what
    * the entry guards after the writes that preceded its last locked update (a publish).
    * @param accept called on lane 0 with the entry's value; false refuses (nothing changes)
-   * @return the pins held before (>= 0), -1 when saturated (max_pins), -2 when absent, -3 when
-   *         refused; the value in @p value
+   * @return pinned_first or pinned_again (a pin was added), saturated (max_pins held already),
+   *         absent or refused, on every lane; the entry's value in @p value (when present)
    */
   template <class Tile, class Accept>
-  CCHT_HOST_DEVICE static int pin_optimistic(Tile const& tile, view_type const& v, key_type key,
-                                             value_type& value, Accept&& accept,
-                                             access_counts* acc = nullptr,
-                                             detail::slot_hint const* hint = nullptr) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome pin_optimistic(Tile const& tile, view_type const& v,
+                                                     key_type key, value_type& value,
+                                                     Accept&& accept, access_counts* acc = nullptr,
+                                                     detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     if (!v.optimistic_pins) {  // writers do not claim victims here: pin under the lock
-      int held = -2;
+      pin_outcome held = pin_outcome::absent;
       with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t, int slot) {
         value = detail::load_relaxed(b.values[slot]);
-        held = !accept(value) ? -3 : pin_locked_slot(b, slot);
+        held = !accept(value) ? pin_outcome::refused : pin_locked_slot(b, slot);
       });
       value = tile.shfl(value, 0);
-      return tile.shfl(held, 0);
+      return shfl_outcome(tile, held);
     }
     return snapshot_swap(tile, v, key, value, acc, hint,
                          [&](bucket<BucketSize>& b, std::uint32_t, int slot, value_type val,
-                             score_type old, int& result) {
+                             score_type old, pin_outcome& result) {
                            if (!accept(val)) {
-                             result = -3;
+                             result = pin_outcome::refused;
                            } else if (pins_of(old) >= max_pins) {
-                             result = -1;
+                             result = pin_outcome::saturated;
                            } else if (detail::cas_relaxed(b.scores[slot], old, old + pin_one)) {
-                             result = static_cast<int>(pins_of(old));
+                             result = pins_of(old) == 0 ? pin_outcome::pinned_first
+                                                        : pin_outcome::pinned_again;
                              detail::count_slot_write(acc);
                            } else {
                              return false;  // a claim, a pin or a promotion moved the word
@@ -861,35 +866,36 @@ struct bucket_ops {
    * bucket's tail word with an atomic minimum (a racing refresh under the lock may raise it
    * again: that only delays the bucket's next global eviction).
    * @param accept called on lane 0 with the entry's value; false refuses (nothing changes)
-   * @return the pins left (>= 0), -1 when none was held, -2 when absent, -3 when refused; and
-   *         the value in @p value
+   * @return released_last or released (a pin was taken off), not_pinned (none was held), absent
+   *         or refused, on every lane; the entry's value in @p value (when present)
    */
   template <class Tile, class Accept>
-  CCHT_HOST_DEVICE static int unpin_optimistic(Tile const& tile, view_type const& v, key_type key,
-                                               tick_type tick, value_type& value, Accept&& accept,
-                                               access_counts* acc = nullptr,
-                                               detail::slot_hint const* hint = nullptr) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome unpin_optimistic(Tile const& tile, view_type const& v,
+                                                       key_type key, tick_type tick,
+                                                       value_type& value, Accept&& accept,
+                                                       access_counts* acc = nullptr,
+                                                       detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable && Policy::promotes_by_max,
                   "optimistic unpins need a pinnable by-max policy");
     if (!v.optimistic_pins) {  // no claims on this table: unpin under the lock
-      int left = -2;
+      pin_outcome left = pin_outcome::absent;
       with_key_locked(tile, v, key, acc, [&](bucket<BucketSize>& b, std::uint32_t bi, int slot) {
         value = detail::load_relaxed(b.values[slot]);
-        left = !accept(value) ? -3 : unpin_locked_slot(v, b, bi, slot, tick, acc);
+        left = !accept(value) ? pin_outcome::refused : unpin_locked_slot(v, b, bi, slot, tick, acc);
       });
       value = tile.shfl(value, 0);
-      return tile.shfl(left, 0);
+      return shfl_outcome(tile, left);
     }
     return snapshot_swap(
         tile, v, key, value, acc, hint,
         [&](bucket<BucketSize>& b, std::uint32_t bi, int slot, value_type val, score_type old,
-            int& result) {
+            pin_outcome& result) {
           if (!accept(val)) {
-            result = -3;
+            result = pin_outcome::refused;
             return true;
           }
           if (pins_of(old) == 0) {
-            result = -1;
+            result = pin_outcome::not_pinned;
             return true;
           }
           score_type const bare = old - pin_one;
@@ -899,7 +905,7 @@ struct bucket_ops {
           // Release: the holder's reads of what the entry guards happen before a writer's claim
           // of it (which acquires). Fails when a pin or an unpin moved the word: re-read.
           if (!detail::cas_release(b.scores[slot], old, now)) { return false; }
-          result = static_cast<int>(pins_of(now));
+          result = last ? pin_outcome::released_last : pin_outcome::released;
           if (last && v.tails != nullptr) {
             detail::count_slot_write(acc);
             if (detail::lower_word(v.tails[bi], now)) { detail::lower_upper(v, bi, now, acc); }
@@ -944,19 +950,27 @@ struct bucket_ops {
   }
 
  private:
+  /// @p o as lane 0 holds it, on every lane.
+  template <class Tile>
+  CCHT_HOST_DEVICE static pin_outcome shfl_outcome(Tile const& tile, pin_outcome o) noexcept {
+    return static_cast<pin_outcome>(tile.shfl(static_cast<int>(o), 0));
+  }
+
   /**
    * The lock-free loop of pin_optimistic and unpin_optimistic: for each candidate bucket, one
    * pass reads the key's slot, value and score as of an even, unchanged version; then lane 0
    * calls step(bucket, bucket index, slot, value, score, result), which either finishes (true,
    * result set) or reports that its compare-and-swap lost a race (false: read again).
-   * @return result, or -2 when the key is in neither bucket; the value read goes to @p value
+   * @return result, or absent when the key is in neither bucket; the value read goes to @p value
    */
   template <class Tile, class Step>
-  CCHT_HOST_DEVICE static int snapshot_swap(Tile const& tile, view_type const& v, key_type key,
-                                            value_type& value, access_counts* acc,
-                                            detail::slot_hint const* hint, Step&& step) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome snapshot_swap(Tile const& tile, view_type const& v,
+                                                    key_type key, value_type& value,
+                                                    access_counts* acc,
+                                                    detail::slot_hint const* hint,
+                                                    Step&& step) noexcept {
     candidate_buckets const cb = hint ? hint->cb : candidates(key, v.seed, v.num_buckets);
-    int result = -2;
+    pin_outcome result = pin_outcome::absent;
     for (int which = 0; which < 2; ++which) {
       std::uint32_t const bi = which == 0 ? cb.first : cb.second;
       bucket<BucketSize>& b = v.buckets[bi];
@@ -995,7 +1009,7 @@ struct bucket_ops {
       if (outcome == 2) { break; }
     }
     value = tile.shfl(value, 0);
-    return tile.shfl(result, 0);
+    return shfl_outcome(tile, result);
   }
 
   /**

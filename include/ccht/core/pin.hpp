@@ -67,4 +67,28 @@ enum class pin_status : std::uint8_t {
   not_pinned = 3,  ///< unpin: the entry holds no pin; nothing changed
 };
 
+/**
+ * @brief What a pin or an unpin of one entry did, in the detail the layers above need: whether
+ *        it was the entry's first pin or its last release, which is when the entry stops or
+ *        starts being a possible victim (the page cache counts pinned pages by it). Returned by
+ *        bucket_ops::pin_optimistic and unpin_optimistic, and by the locked-slot helpers under
+ *        bucket_ops::pin and unpin.
+ */
+enum class pin_outcome : std::uint8_t {
+  pinned_first,   ///< pin: the entry held no pin and now holds one (it can no longer be evicted)
+  pinned_again,   ///< pin: the entry was pinned already and holds one pin more
+  released_last,  ///< unpin: the last pin was released (evictable again; the release is a use)
+  released,       ///< unpin: one pin was released and others remain
+  saturated,      ///< pin: the entry already holds max_pins pins; nothing changed
+  not_pinned,     ///< unpin: the entry holds no pin; nothing changed
+  absent,         ///< the key is in neither of its buckets; nothing changed
+  refused,        ///< the caller's accept() returned false for the entry's value; nothing changed
+};
+
+/// Whether @p o took or released a pin (the entry's value was read and its pin count changed).
+CCHT_HOST_DEVICE constexpr bool pin_changed(pin_outcome o) noexcept {
+  return o == pin_outcome::pinned_first || o == pin_outcome::pinned_again ||
+         o == pin_outcome::released_last || o == pin_outcome::released;
+}
+
 }  // namespace ccht
