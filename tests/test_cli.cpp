@@ -339,6 +339,34 @@ TEST(Cli, BadArgumentsExitWithTwo) {
   }
 }
 
+// A mistyped policy (issue 33) is refused, exit 2, with one message that lists every policy the
+// command takes: replay, workload and compare take the exact references and the table policies,
+// bench --policy the table policies only; both lists come from include/ccht/policy_list.hpp.
+TEST(Cli, UnknownPolicyListsTheValidOnes) {
+  temp_dir dir;
+  std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
+  std::string const all =
+      "policy must be one of lru, fifo, lfu, ccht-lru, ccht-fifo, ccht-lfu, ccht-double-lru, "
+      "ccht-coarse-lru, cht-lru, cht-random; got 'ccht-double_lru'";
+  std::string const tables =
+      "policy must be one of ccht-lru, ccht-fifo, ccht-lfu, ccht-double-lru, ccht-coarse-lru, "
+      "cht-lru, cht-random; got 'ccht-double_lru'";
+  EXPECT_EQ(ccht::sim::unknown_policy_message("ccht-double_lru"), all);
+  std::vector<bad_case> const cases{
+      {{"replay", "--trace", trace, "--policy", "lru,ccht-double_lru"}, all.c_str()},
+      {{"workload", "--policy", "ccht-double_lru", "--requests", "10"}, all.c_str()},
+      {{"compare", "--policy", "ccht-double_lru", "--no-plot"}, all.c_str()},
+      {{"bench", "--policy", "ccht-lru,ccht-double_lru"}, tables.c_str()},
+  };
+  for (auto const& c : cases) {
+    auto const r = run_cli(dir, c.args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should say '" << c.says << "'\n"
+                                                     << describe(r);
+  }
+}
+
 // Issue 31, case 16: each of these used to run (exit 0, no rows), or print a 300-digit range.
 // Every bad argument is one short line on stderr naming the option and the value, exit 2.
 TEST(Cli, MisusedArgumentsAreOneLineErrors) {

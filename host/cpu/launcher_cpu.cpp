@@ -20,6 +20,7 @@
 #include <ccht/core/policy.hpp>
 #include <ccht/detail/launcher.hpp>
 #include <ccht/detail/validate.hpp>
+#include <ccht/policy_list.hpp>
 
 #include "cpu_tile.hpp"
 
@@ -929,13 +930,8 @@ void cpu_launcher::release_words(std::size_t* words, std::size_t host[2], stream
                                          value_type const*, value_type*, op_status*, std::size_t, \
                                          key_type*, value_type*, std::size_t*, std::size_t*,      \
                                          stream_type);
-CCHT_INSTANTIATE_CPU(lru)
-CCHT_INSTANTIATE_CPU(fifo)
-CCHT_INSTANTIATE_CPU(lfu)
-CCHT_INSTANTIATE_CPU(double_lru)
-CCHT_INSTANTIATE_CPU(coarse_lru)
-CCHT_INSTANTIATE_CPU(lru_cht)
-CCHT_INSTANTIATE_CPU(random_cht)
+// Every table policy (include/ccht/policy_list.hpp): the same list the name dispatch follows.
+CCHT_TABLE_POLICIES(CCHT_INSTANTIATE_CPU)
 #undef CCHT_INSTANTIATE_CPU
 
 }  // namespace ccht::detail

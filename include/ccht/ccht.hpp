@@ -18,5 +18,6 @@
 #include <ccht/core/tile.hpp>
 #include <ccht/core/types.hpp>
 #include <ccht/error.hpp>
+#include <ccht/policy_list.hpp>
 #include <ccht/table.hpp>
 #include <ccht/table_ref.hpp>

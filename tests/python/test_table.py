@@ -43,6 +43,24 @@ def apply_insert(t, model, keys, values):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_name_is_taken(policy):
+    global_layer = policy in ("double-lru", "coarse-lru", "cht-lru", "cht-random")
+    t = ccht.Table(slots=64, policy=policy, capacity=48 if global_layer else 0)
+    assert t.policy == policy
+    t.insert(np.arange(1, 4, dtype=U64), np.arange(10, 13, dtype=U64))
+    assert t.find(np.arange(1, 4, dtype=U64))[1].all()
+
+
+@pytest.mark.parametrize("typo", ["double_lru", "LRU", "ccht-lru", "", "arc"])
+def test_unknown_policy_lists_the_valid_ones(typo):
+    """A typo is a ValueError whose message is the library's (include/ccht/policy_list.hpp):
+    every valid name, in order, and the name given."""
+    with pytest.raises(ValueError) as e:
+        ccht.Table(slots=64, policy=typo)
+    assert str(e.value) == f"policy must be one of {', '.join(POLICIES)}; got '{typo}'"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_random_batches_match_a_dict(policy, rng):
     cap = 1500 if policy in ("double-lru", "coarse-lru") else 0
     t = ccht.Table(slots=2048, policy=policy, capacity=cap, cpu_threads=1)

@@ -8,6 +8,7 @@
 #include "output.hpp"
 
 #include <ccht/ccht.hpp>
+#include <ccht/policy_list.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -111,29 +112,22 @@ prepared prepare(std::string const& name, bench_options const& o, policy_streams
   return p;
 }
 
+/// The table policy named @p p in the tools' spelling (ccht-lru, ..., cht-random).
 prepared prepare_named(std::string const& p, bench_options const& o, policy_streams const& s,
                        std::size_t capacity, bool count) {
-  if (p == "ccht-lru") { return prepare<lru>(p, o, s, capacity, count); }
-  if (p == "ccht-fifo") { return prepare<fifo>(p, o, s, capacity, count); }
-  if (p == "ccht-lfu") { return prepare<lfu>(p, o, s, capacity, count); }
-  if (p == "ccht-double-lru") { return prepare<double_lru>(p, o, s, capacity, count); }
-  if (p == "ccht-coarse-lru") { return prepare<coarse_lru>(p, o, s, capacity, count); }
-  if (p == "cht-lru") { return prepare<lru_cht>(p, o, s, capacity, count); }
-  if (p == "cht-random") { return prepare<random_cht>(p, o, s, capacity, count); }
-  throw std::invalid_argument("--policy " + p + ": not a table policy");  // checked before
+  return with_policy(
+      p, [&]<class P>(std::type_identity<P>) { return prepare<P>(p, o, s, capacity, count); },
+      policy_naming::tools);
 }
 
 }  // namespace
 
 int cmd_bench_policies(bench_options const& o) {
   check_bench_options(o);
-  static char const* const known[] = {"ccht-lru",        "ccht-fifo", "ccht-lfu",  "ccht-double-lru",
-                                      "ccht-coarse-lru", "cht-lru",   "cht-random"};
   for (auto const& p : o.policies) {
-    if (std::find(std::begin(known), std::end(known), p) == std::end(known)) {
-      std::string list;
-      for (char const* k : known) { list += (list.empty() ? "" : ", ") + std::string(k); }
-      throw std::invalid_argument("--policy " + p + ": ccht bench times table policies: " + list);
+    if (!is_policy_name(p, policy_naming::tools)) {
+      throw std::invalid_argument("--policy " + p + ": ccht bench times table policies; " +
+                                  unknown_policy_message(p, policy_naming::tools));
     }
   }
   // Capacity: ratio x the slots the table rounds to (16-slot buckets, at least two).

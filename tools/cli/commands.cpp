@@ -58,9 +58,7 @@ void check_policies(std::vector<std::string> const& policies) {
   auto const& known = sim::known_policies();
   for (auto const& p : policies) {
     if (std::find(known.begin(), known.end(), p) == known.end()) {
-      std::string list;
-      for (auto const& k : known) { list += (list.empty() ? "" : ", ") + k; }
-      throw std::invalid_argument("unknown policy '" + p + "' (expected " + list + ")");
+      throw std::invalid_argument(sim::unknown_policy_message(p));
     }
   }
 }

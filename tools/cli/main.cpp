@@ -49,9 +49,9 @@ CLI::Validator const non_negative_integer = decimal_integer(0, "a non-negative i
 void add_run_options(CLI::App* app, cli::run_options& o, std::string& policies_csv,
                      std::string default_policies) {
   policies_csv = std::move(default_policies);
-  app->add_option("--policy", policies_csv, "Policies, comma-separated: lru, fifo, lfu, ccht-lru, "
-                                            "ccht-fifo, ccht-lfu, ccht-double-lru, "
-                                            "ccht-coarse-lru")
+  std::string known;
+  for (auto const& p : sim::known_policies()) { known += (known.empty() ? "" : ", ") + p; }
+  app->add_option("--policy", policies_csv, "Policies, comma-separated: " + known)
       ->capture_default_str();
   app->add_option("--capacity", o.capacities,
                   "Capacities in objects, comma-separated (default: 1/5/10/20% of distinct keys)")

@@ -6,6 +6,8 @@
 #include "commands.hpp"
 #include "output.hpp"
 
+#include <ccht/policy_list.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +42,12 @@ int cmd_paper(paper_options opt) {
   if (opt.capacity < 32 || opt.keys == 0 || opt.requests == 0) {
     throw std::invalid_argument("--capacity >= 32, --keys >= 1 and --requests >= 1");
   }
-  std::vector<std::string> const tables{"ccht-double-lru", "ccht-coarse-lru", "cht-lru",
-                                        "cht-random"};
+  // The paper's tables: every policy with a global capacity layer (a cache smaller than its
+  // table), in the list's order: ccht-double-lru, ccht-coarse-lru, cht-lru, cht-random.
+  std::vector<std::string> tables;
+  for_each_policy([&]<class P>(std::type_identity<P>) {
+    if (P::global != global_layer::none) { tables.push_back(policy_name<P>(policy_naming::tools)); }
+  });
   std::string const baseline = "cht-lru";
 
   struct wl {

@@ -3,6 +3,7 @@
 #include "exact_policies.hpp"
 
 #include <ccht/ccht.hpp>
+#include <ccht/policy_list.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -132,26 +133,32 @@ replay_result run_table(std::span<request const> reqs, std::size_t capacity,
   return out;
 }
 
+/// The table policy named @p policy in the tools' spelling (ccht-lru, ..., cht-random).
 template <class Backend>
-replay_result run_table_policy(std::span<request const> reqs, std::string const& inner,
+replay_result run_table_policy(std::span<request const> reqs, std::string const& policy,
                                std::size_t capacity, replay_options const& opt) {
-  if (inner == "lru") { return run_table<Backend, lru>(reqs, capacity, opt); }
-  if (inner == "fifo") { return run_table<Backend, fifo>(reqs, capacity, opt); }
-  if (inner == "double-lru") { return run_table<Backend, double_lru>(reqs, capacity, opt); }
-  if (inner == "coarse-lru") { return run_table<Backend, coarse_lru>(reqs, capacity, opt); }
-  if (inner == "cht-lru") { return run_table<Backend, lru_cht>(reqs, capacity, opt); }
-  if (inner == "cht-random") { return run_table<Backend, random_cht>(reqs, capacity, opt); }
-  return run_table<Backend, lfu>(reqs, capacity, opt);
+  return with_policy(
+      policy,
+      [&]<class P>(std::type_identity<P>) { return run_table<Backend, P>(reqs, capacity, opt); },
+      policy_naming::tools);
 }
 
 }  // namespace
 
 std::vector<std::string> const& known_policies() {
-  static std::vector<std::string> const names{"lru",       "fifo",      "lfu",
-                                              "ccht-lru",  "ccht-fifo", "ccht-lfu",
-                                              "ccht-double-lru", "ccht-coarse-lru",
-                                              "cht-lru",   "cht-random"};
+  static std::vector<std::string> const names = [] {
+    std::vector<std::string> n{"lru", "fifo", "lfu"};  // the exact references
+    for_each_policy(
+        [&]<class P>(std::type_identity<P>) { n.push_back(policy_name<P>(policy_naming::tools)); });
+    return n;
+  }();
   return names;
+}
+
+std::string unknown_policy_message(std::string const& policy) {
+  std::string list;
+  for (auto const& p : known_policies()) { list += (list.empty() ? "" : ", ") + p; }
+  return "policy must be one of " + list + "; got '" + policy + "'";
 }
 
 std::size_t table_slots_for_global(std::size_t capacity, double slots_ratio) {
@@ -193,18 +200,15 @@ replay_result replay(std::span<request const> requests, std::string const& polic
     r = run_exact<exact_fifo>(requests, capacity);
   } else if (policy == "lfu") {
     r = run_exact<exact_lfu>(requests, capacity);
-  } else if (std::find(known_policies().begin(), known_policies().end(), policy) !=
-             known_policies().end()) {
-    // Table policies: "ccht-<in-bucket>" or the kick-out baselines "cht-<victim>".
-    std::string const inner = policy.rfind("ccht-", 0) == 0 ? policy.substr(5) : policy;
+  } else if (is_policy_name(policy, policy_naming::tools)) {
     if (options.backend == "cpu") {
-      r = run_table_policy<cpu_backend>(requests, inner, capacity, options);
+      r = run_table_policy<cpu_backend>(requests, policy, capacity, options);
     } else if (options.backend == "cuda") {
 #if CCHT_WITH_CUDA
       if (!cuda_backend::available()) {
         throw std::invalid_argument("--backend cuda: no GPU is available here");
       }
-      r = run_table_policy<cuda_backend>(requests, inner, capacity, options);
+      r = run_table_policy<cuda_backend>(requests, policy, capacity, options);
 #else
       throw std::invalid_argument("--backend cuda: this build has no CUDA backend");
 #endif
@@ -213,9 +217,7 @@ replay_result replay(std::span<request const> requests, std::string const& polic
     }
     r.batch = options.batch;
   } else {
-    std::string list;
-    for (auto const& p : known_policies()) { list += (list.empty() ? "" : ", ") + p; }
-    throw std::invalid_argument("unknown policy '" + policy + "' (expected one of " + list + ")");
+    throw std::invalid_argument(unknown_policy_message(policy));
   }
   r.policy = policy;
   r.capacity = capacity;

@@ -1,8 +1,9 @@
 /**
  * @file replay.hpp
  * @brief Replays a request stream through a named policy and reports hits, misses, evictions
- *        and time: the exact references (lru, fifo, lfu) and the table (ccht-lru, ccht-fifo,
- *        ccht-lfu) on either backend.
+ *        and time: the exact references (lru, fifo, lfu) and the table policies (every policy
+ *        of include/ccht/policy_list.hpp, spelt ccht-lru, ccht-double-lru, ..., cht-lru,
+ *        cht-random) on either backend.
  */
 #pragma once
 
@@ -79,8 +80,12 @@ struct replay_result {
   }
 };
 
-/// Policy names replay() accepts, in display order.
+/// Policy names replay() accepts, in display order: the exact references lru, fifo and lfu, then
+/// every table policy of include/ccht/policy_list.hpp in the tools' spelling (ccht-lru, ...).
 std::vector<std::string> const& known_policies();
+
+/// The message replay() and the CLI give for a name not in known_policies(): it lists them.
+std::string unknown_policy_message(std::string const& policy);
 
 /// Slots of a table with a global capacity layer: capacity / ratio in whole buckets (at least
 /// the capacity and two buckets). Throws std::invalid_argument for a ratio outside (0, 1].

@@ -2,6 +2,7 @@
 #include "common.hpp"
 
 #include <ccht/core/policy.hpp>
+#include <ccht/policy_list.hpp>
 #include <ccht/table.hpp>
 
 #include <nanobind/stl/optional.h>
@@ -67,25 +68,15 @@ struct table_impl final : table_base {
   void reset_access_stats() override { t.reset_access_stats(); }
 };
 
+/// A table of the policy named @p policy (its library name); a ValueError listing the policies
+/// for any other name.
 template <class Backend>
 std::unique_ptr<table_base> make_table(std::string const& policy, std::size_t slots,
                                        table_options o) {
-  std::unique_ptr<table_base> out;
-  auto try_one = [&]<class P>(P) {
-    if (!out && policy == P::name) { out = std::make_unique<table_impl<Backend, P>>(slots, o); }
-  };
-  try_one(lru{});
-  try_one(fifo{});
-  try_one(lfu{});
-  try_one(double_lru{});
-  try_one(coarse_lru{});
-  try_one(lru_cht{});
-  try_one(random_cht{});
-  if (!out) {
-    throw nb::value_error(("policy must be one of lru, fifo, lfu, double-lru, coarse-lru, "
-                           "cht-lru, cht-random; got '" + policy + "'").c_str());
-  }
-  return out;
+  if (!is_policy_name(policy)) { throw nb::value_error(unknown_policy_message(policy).c_str()); }
+  return with_policy(policy, [&]<class P>(std::type_identity<P>) -> std::unique_ptr<table_base> {
+    return std::make_unique<table_impl<Backend, P>>(slots, o);
+  });
 }
 
 /// Inputs staged into backend memory where they are not there already, and outputs placed where

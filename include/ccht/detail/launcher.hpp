@@ -4,9 +4,10 @@
  *
  * ccht::table checks arguments once for every backend and then calls launcher<Backend>. Each
  * backend declares the same interface here and defines it in its own folder (host/cpu for the
- * CPU backend, kernels/ for CUDA), with explicit instantiations for lru, fifo and lfu. Pointers
- * are backend memory and sizes are already validated. n may be 0 for insert_or_assign, erase and
- * execute (async calls): then only the count word is zeroed.
+ * CPU backend, kernels/ for CUDA), with explicit instantiations for every table policy
+ * (CCHT_TABLE_POLICIES in include/ccht/policy_list.hpp). Pointers are backend memory and sizes
+ * are already validated. n may be 0 for insert_or_assign, erase and execute (async calls): then
+ * only the count word is zeroed.
  *
  * Reserved keys: a launcher rejects a batch holding a reserved key as a whole. The CPU launcher
  * throws at once. The CUDA launcher cannot: its validation kernel writes the smallest offending
