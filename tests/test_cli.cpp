@@ -294,6 +294,17 @@ struct bad_case {
   char const* says;
 };
 
+/// Runs each case and expects a refusal: exit 2, nothing on stdout, stderr naming c.says.
+void expect_refused(temp_dir const& dir, std::vector<bad_case> const& cases) {
+  for (auto const& c : cases) {
+    auto const r = run_cli(dir, c.args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
+                                                     << "'\n" << describe(r);
+  }
+}
+
 TEST(Cli, BadArgumentsExitWithTwo) {
   temp_dir dir;
   std::string const trace = dir.write("ok.trace", "1\n2\n1\n");
@@ -330,13 +341,7 @@ TEST(Cli, BadArgumentsExitWithTwo) {
       {{"frobnicate"}, "unknown subcommand 'frobnicate'"},
       {{}, ""},
   };
-  for (auto const& c : cases) {
-    auto const r = run_cli(dir, c.args);
-    EXPECT_EQ(r.rc, 2) << describe(r);
-    EXPECT_TRUE(r.out.empty()) << describe(r);
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
-                                                     << "'\n" << describe(r);
-  }
+  expect_refused(dir, cases);
 }
 
 // A mistyped policy (issue 33) is refused, exit 2, with one message that lists every policy the
@@ -358,13 +363,7 @@ TEST(Cli, UnknownPolicyListsTheValidOnes) {
       {{"compare", "--policy", "ccht-double_lru", "--no-plot"}, all.c_str()},
       {{"bench", "--policy", "ccht-lru,ccht-double_lru"}, tables.c_str()},
   };
-  for (auto const& c : cases) {
-    auto const r = run_cli(dir, c.args);
-    EXPECT_EQ(r.rc, 2) << describe(r);
-    EXPECT_TRUE(r.out.empty()) << describe(r);
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should say '" << c.says << "'\n"
-                                                     << describe(r);
-  }
+  expect_refused(dir, cases);
 }
 
 // Issue 31, case 16: each of these used to run (exit 0, no rows), or print a 300-digit range.
@@ -799,10 +798,6 @@ TEST(Cli, KvReplayMalformedTraceNamesTheLine) {
 TEST(Cli, KvReplayBadArgumentsExitWithTwo) {
   temp_dir dir;
   std::string const trace = dir.write("ok.jsonl", small_kv_trace);
-  struct bad_case {
-    std::vector<std::string> args;
-    char const* says;
-  };
   std::vector<bad_case> const cases{
       {{"kv-replay", "--trace", trace, "--pages", "0"}, "--pages must be at least 1"},
       {{"kv-replay", "--trace", trace, "--pages", "8", "--page-bytes", "0"},
@@ -815,13 +810,7 @@ TEST(Cli, KvReplayBadArgumentsExitWithTwo) {
       {{"kv-replay", "--trace", (dir.path() / "missing.jsonl").string(), "--pages", "8"},
        "missing.jsonl"},
   };
-  for (auto const& c : cases) {
-    auto const r = run_cli(dir, c.args);
-    EXPECT_EQ(r.rc, 2) << describe(r);
-    EXPECT_TRUE(r.out.empty()) << describe(r);
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << "stderr should mention '" << c.says
-                                                     << "'\n" << describe(r);
-  }
+  expect_refused(dir, cases);
   auto const h = run_cli(dir, {"kv-replay", "--help"});
   EXPECT_EQ(h.rc, 0) << describe(h);
   EXPECT_NE(h.out.find("mooncake_synthetic.jsonl"), std::string::npos)

@@ -15,6 +15,8 @@
 #include <ccht/core/policy.hpp>
 #include <ccht/lanes/lockstep_tile.hpp>
 
+#include "lanes_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,17 +41,7 @@ using ccht::score_type;
 using ccht::tick_type;
 using ccht::value_type;
 
-/// The hazard @p f throws, if any.
-template <class F>
-std::optional<lanes::hazard_kind> hazard_of(F&& f, std::string* report = nullptr) {
-  try {
-    f();
-  } catch (lanes::hazard const& h) {
-    if (report != nullptr) { *report = h.what(); }
-    return h.kind();
-  }
-  return std::nullopt;
-}
+using ccht::test::hazard_of;
 
 // ---- the tile's collectives ----------------------------------------------------------------------
 

@@ -17,6 +17,8 @@
 
 #include "kernels/bulk_bodies.hpp"
 
+#include "lanes_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,17 +54,7 @@ constexpr int T = 16;  // the CUDA backend's tile
 using shape = kernels::shape<T>;
 using view_type = ccht::bucket_array_view<B>;
 
-/// The hazard @p f throws, if any.
-template <class F>
-std::optional<lanes::hazard_kind> hazard_of(F&& f, std::string* report = nullptr) {
-  try {
-    f();
-  } catch (lanes::hazard const& h) {
-    if (report != nullptr) { *report = h.what(); }
-    return h.kind();
-  }
-  return std::nullopt;
-}
+using ccht::test::hazard_of;
 
 // ---- the block runner ------------------------------------------------------------------------------
 
@@ -402,6 +394,12 @@ std::vector<std::string> insert_checked(grid_table<Policy>& g, std::map<key_type
   return check_insert(model, keys, values, evicted, g.contents());
 }
 
+/// @p n distinct fresh keys (fresh_keys) and a random value for each.
+struct random_batch {
+  std::vector<key_type> keys;
+  std::vector<value_type> values;
+};
+
 template <class P>
 class GridBodiesPerPolicy : public ::testing::Test {};
 using Policies = ::testing::Types<ccht::lru, ccht::fifo, ccht::lfu, ccht::double_lru>;
@@ -415,6 +413,12 @@ std::vector<key_type> fresh_keys(std::mt19937_64& rng, std::size_t n, std::set<k
     if (used.insert(k).second) { keys.push_back(k); }
   }
   return keys;
+}
+
+random_batch fresh_batch(std::mt19937_64& rng, std::size_t n, std::set<key_type>& used) {
+  random_batch b{fresh_keys(rng, n, used), std::vector<value_type>(n)};
+  for (auto& v : b.values) { v = rng(); }
+  return b;
 }
 
 TYPED_TEST(GridBodiesPerPolicy, InsertsKeepOrReportEveryEntry) {
@@ -449,9 +453,7 @@ TYPED_TEST(GridBodiesPerPolicy, FindContainsEraseAgreeWithTheModel) {
   grid_table<P> g(1024);
   std::mt19937_64 rng(9);
   std::set<key_type> used;
-  std::vector<key_type> keys = fresh_keys(rng, 400, used);
-  std::vector<value_type> values(keys.size());
-  for (auto& v : values) { v = rng(); }
+  auto const [keys, values] = fresh_batch(rng, 400, used);
   std::map<key_type, value_type> model;
   ASSERT_TRUE(insert_checked(g, model, keys, values, 0).empty());
 
@@ -508,9 +510,7 @@ TYPED_TEST(GridBodiesPerPolicy, MixedBatchMatchesTheModel) {
   grid_table<P> g(2048);  // low load: no insert of this batch evicts, so statuses are exact
   std::mt19937_64 rng(13);
   std::set<key_type> used;
-  std::vector<key_type> keys = fresh_keys(rng, 300, used);
-  std::vector<value_type> values(keys.size());
-  for (auto& v : values) { v = rng(); }
+  auto const [keys, values] = fresh_batch(rng, 300, used);
   std::map<key_type, value_type> model;
   ASSERT_TRUE(insert_checked(g, model, keys, values, 0).empty());
 
@@ -606,9 +606,7 @@ TYPED_TEST(GridBodiesPerPolicy, SizeExportAndClearAgreeWithTheCpuBackend) {
   grid_table<P> g(1024);
   std::mt19937_64 rng(31);
   std::set<key_type> used;
-  std::vector<key_type> keys = fresh_keys(rng, 900, used);
-  std::vector<value_type> values(keys.size());
-  for (auto& v : values) { v = rng(); }
+  auto const [keys, values] = fresh_batch(rng, 900, used);
   (void)g.insert(keys, values, 0);
   auto const want = g.contents();
   ASSERT_GT(want.size(), 500u);
