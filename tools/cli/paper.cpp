@@ -180,7 +180,7 @@ int cmd_paper(paper_options opt) {
   char const* const geometry_note =
       "With 16-slot buckets the kick-out baseline rarely kicks at these ratios, so the access\n"
       "saving and coarse LRU's small loss cannot show here; `ccht_kick_geometry` runs the same\n"
-      "core at 2-16 slots per bucket and reproduces both at 2 slots (README, paper section).\n";
+      "core at 2-16 slots per bucket and reproduces both at 2 slots (docs/results/paper.md).\n";
   std::printf("## ccht paper: capacity %zu, %llu keys, %llu requests per workload, batch %zu, %s backend\n\n",
               opt.capacity, static_cast<unsigned long long>(opt.keys),
               static_cast<unsigned long long>(opt.requests), opt.replay.batch,
