@@ -31,6 +31,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -529,6 +530,15 @@ int main(int argc, char** argv) {
   }
   if (o.log2_slots < 8 || o.log2_slots > 34) {
     std::fprintf(stderr, "--log2-slots must be in [8, 34]\n");
+    return 2;
+  }
+  // Checked before the GPU is looked for, so a typo is an error on any machine, never a run that
+  // measures nothing.
+  constexpr std::string_view runs[] = {"lru", "fifo", "lfu", "page-cache", "all"};
+  if (std::find(std::begin(runs), std::end(runs), o.policy) == std::end(runs)) {
+    std::fprintf(stderr,
+                 "ccht_bench_gpu: --policy must be one of lru, fifo, lfu, page-cache, all; got '%s'\n",
+                 o.policy.c_str());
     return 2;
   }
   if (!ccht::cuda_backend::available()) {

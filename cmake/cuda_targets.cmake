@@ -43,5 +43,9 @@ if(CCHT_BUILD_GPU_BENCH)
     # Without a GPU the benchmark prints "nothing measured" and exits 0: count that as a skip.
     set_tests_properties(cuda.bench_gpu_smoke PROPERTIES LABELS "cuda" TIMEOUT 120
                          SKIP_REGULAR_EXPRESSION "nothing measured")
+    # A mistyped --policy is an error on any machine (exit 2, naming the valid runs).
+    add_test(NAME cuda.bench_gpu_unknown_policy COMMAND ccht_bench_gpu --policy lfuu)
+    set_tests_properties(cuda.bench_gpu_unknown_policy PROPERTIES LABELS "cuda" TIMEOUT 30
+                         PASS_REGULAR_EXPRESSION "--policy must be one of lru, fifo, lfu, page-cache, all; got 'lfuu'")
   endif()
 endif()
