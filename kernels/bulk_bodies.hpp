@@ -91,7 +91,8 @@ CCHT_HOST_DEVICE CCHT_FORCEINLINE T add_global(T& word, T v) noexcept {
 /// Device-scope relaxed min on a global word.
 template <class T>
 CCHT_HOST_DEVICE CCHT_FORCEINLINE void min_global(T& word, T v) noexcept {
-  cuda::atomic_ref<T, cuda::thread_scope_device>(word).fetch_min(v, cuda::std::memory_order_relaxed);
+  cuda::atomic_ref<T, cuda::thread_scope_device>(word).fetch_min(v,
+                                                                 cuda::std::memory_order_relaxed);
 }
 
 /// Block-scope relaxed add on a shared-memory word; returns the old value.
@@ -233,7 +234,8 @@ CCHT_HOST_DEVICE void validate_batch(Block const& block, key_type const* keys, o
   std::size_t bad_key = detail::no_reject;
   std::size_t bad_op = detail::no_reject;
   std::size_t const stride = std::size_t{block.grid_blocks()} * block.block_threads();
-  for (std::size_t i = std::size_t{block.block_index()} * block.block_threads() + block.thread_index();
+  for (std::size_t i =
+           std::size_t{block.block_index()} * block.block_threads() + block.thread_index();
        i < n; i += stride) {
     // Each thread's indices increase, so its first hit is its smallest.
     if (bad_key == detail::no_reject && is_reserved_key(keys[i])) { bad_key = i; }
@@ -267,14 +269,15 @@ CCHT_HOST_DEVICE void find_body(Block const& block, bucket_array_view<B> view, k
   if (batch_rejected(words, false)) { return; }
   tick_type const tick_base = Policy::promotes_on_hit ? words[word_tick_base] : 0;
   auto const tile = block.tile();
-  for_tile_elements_counted<TileSize>(block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    value_type v = 0;
-    bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc);
-    if (tile.thread_rank() == 0) {
-      found[i] = hit;
-      if (hit) { values[i] = v; }
-    }
-  });
+  for_tile_elements_counted<TileSize>(
+      block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
+        value_type v = 0;
+        bool const hit = ops::find(tile, view, keys[i], tick_base + i, v, acc);
+        if (tile.thread_rank() == 0) {
+          found[i] = hit;
+          if (hit) { values[i] = v; }
+        }
+      });
 }
 
 /// Bulk contains: found[i] = whether keys[i] is present (no promotion).
@@ -285,10 +288,11 @@ CCHT_HOST_DEVICE void contains_body(Block const& block, bucket_array_view<B> vie
   using ops = bucket_ops<lru, B>;  // contains() does not depend on the policy
   if (batch_rejected(words, false)) { return; }
   auto const tile = block.tile();
-  for_tile_elements_counted<TileSize>(block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    bool const hit = ops::contains(tile, view, keys[i], acc);
-    if (tile.thread_rank() == 0) { found[i] = hit; }
-  });
+  for_tile_elements_counted<TileSize>(block, n, counts, tile,
+                                      [&](std::size_t i, access_counts* acc) {
+                                        bool const hit = ops::contains(tile, view, keys[i], acc);
+                                        if (tile.thread_rank() == 0) { found[i] = hit; }
+                                      });
 }
 
 /// Shared memory of the bodies that evict.
@@ -300,7 +304,8 @@ using eviction_shared = eviction_buffer<shape<TileSize>::items_per_block>;
  *        @p num_evicted, with one global atomic per block.
  */
 template <class Policy, int B, int TileSize, class Block>
-CCHT_HOST_DEVICE void insert_or_assign_body(Block const& block, eviction_shared<TileSize>& evictions,
+CCHT_HOST_DEVICE void insert_or_assign_body(Block const& block,
+                                            eviction_shared<TileSize>& evictions,
                                             bucket_array_view<B> view, key_type const* keys,
                                             value_type const* values, std::size_t n,
                                             key_type* evicted_keys, value_type* evicted_values,
@@ -312,13 +317,16 @@ CCHT_HOST_DEVICE void insert_or_assign_body(Block const& block, eviction_shared<
   tick_type const tick_base = words[word_tick_base];
   block.sync();
   auto const tile = block.tile();
-  for_tile_elements_counted<TileSize>(block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    key_type ek = 0;
-    value_type ev = 0;
-    op_status const st =
-        ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc);
-    if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
-  });
+  for_tile_elements_counted<TileSize>(
+      block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
+        key_type ek = 0;
+        value_type ev = 0;
+        op_status const st =
+            ops::insert_or_assign(tile, view, keys[i], values[i], tick_base + i, ek, ev, acc);
+        if (st == op_status::inserted_evicted && tile.thread_rank() == 0) {
+          evictions.push(ek, ev);
+        }
+      });
   evictions.flush(block, evicted_keys, evicted_values, num_evicted);
 }
 
@@ -332,10 +340,13 @@ CCHT_HOST_DEVICE void erase_body(Block const& block, block_count& erased, bucket
   if (block.thread_index() == 0) { erased.value = 0; }
   block.sync();
   auto const tile = block.tile();
-  for_tile_elements_counted<TileSize>(block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    bool const removed = ops::erase(tile, view, keys[i], acc);
-    if (removed && tile.thread_rank() == 0) { add_shared(erased.value, 1u); }
-  });
+  for_tile_elements_counted<TileSize>(block, n, counts, tile,
+                                      [&](std::size_t i, access_counts* acc) {
+                                        bool const removed = ops::erase(tile, view, keys[i], acc);
+                                        if (removed && tile.thread_rank() == 0) {
+                                          add_shared(erased.value, 1u);
+                                        }
+                                      });
   flush_block_count(block, erased, num_erased);
 }
 
@@ -357,32 +368,35 @@ CCHT_HOST_DEVICE void execute_body(Block const& block, eviction_shared<TileSize>
   tick_type const tick_base = words[word_tick_base];
   block.sync();
   auto const tile = block.tile();
-  for_tile_elements_counted<TileSize>(block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
-    key_type const key = keys[i];
-    tick_type const tick = tick_base + i;
-    op_status st = op_status::miss;
-    switch (ops_in[i]) {  // the same element for every lane: the tile stays converged
-      case op_code::find: {
-        value_type v = 0;
-        if (ops::find(tile, view, key, tick, v, acc)) {
-          st = op_status::hit;
-          if (tile.thread_rank() == 0) { values_out[i] = v; }
+  for_tile_elements_counted<TileSize>(
+      block, n, counts, tile, [&](std::size_t i, access_counts* acc) {
+        key_type const key = keys[i];
+        tick_type const tick = tick_base + i;
+        op_status st = op_status::miss;
+        switch (ops_in[i]) {  // the same element for every lane: the tile stays converged
+          case op_code::find: {
+            value_type v = 0;
+            if (ops::find(tile, view, key, tick, v, acc)) {
+              st = op_status::hit;
+              if (tile.thread_rank() == 0) { values_out[i] = v; }
+            }
+            break;
+          }
+          case op_code::insert_or_assign: {
+            key_type ek = 0;
+            value_type ev = 0;
+            st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc);
+            if (st == op_status::inserted_evicted && tile.thread_rank() == 0) {
+              evictions.push(ek, ev);
+            }
+            break;
+          }
+          case op_code::erase:
+            st = ops::erase(tile, view, key, acc) ? op_status::hit : op_status::miss;
+            break;
         }
-        break;
-      }
-      case op_code::insert_or_assign: {
-        key_type ek = 0;
-        value_type ev = 0;
-        st = ops::insert_or_assign(tile, view, key, values[i], tick, ek, ev, acc);
-        if (st == op_status::inserted_evicted && tile.thread_rank() == 0) { evictions.push(ek, ev); }
-        break;
-      }
-      case op_code::erase:
-        st = ops::erase(tile, view, key, acc) ? op_status::hit : op_status::miss;
-        break;
-    }
-    if (tile.thread_rank() == 0) { status[i] = st; }
-  });
+        if (tile.thread_rank() == 0) { status[i] = st; }
+      });
   evictions.flush(block, evicted_keys, evicted_values, num_evicted);
 }
 
@@ -439,7 +453,9 @@ CCHT_HOST_DEVICE void clear_body(Block const& block, bucket_array_view<B> view) 
       detail::store_relaxed(view.tails[b], detail::no_rank);
     }
     if (view.live != nullptr) {  // global capacity layer: keep the live count exact
-      for (unsigned off = TileSize / 2; off > 0; off >>= 1) { removed += tile.shfl_xor(removed, off); }
+      for (unsigned off = TileSize / 2; off > 0; off >>= 1) {
+        removed += tile.shfl_xor(removed, off);
+      }
       if (tile.thread_rank() == 0 && removed != 0) {
         detail::add_live(view.live, -static_cast<std::int64_t>(removed));
       }
@@ -523,11 +539,13 @@ CCHT_HOST_DEVICE void append_to_round(Tile const& tile, export_shared<B, TileSiz
 template <int B, int TileSize, class Block>
 CCHT_HOST_DEVICE void export_body(Block const& block, export_shared<B, TileSize>& sh,
                                   bucket_array_view<B> view, key_type* keys_out,
-                                  value_type* values_out, std::size_t capacity, std::size_t* count) {
+                                  value_type* values_out, std::size_t capacity,
+                                  std::size_t* count) {
   static_assert(B % TileSize == 0);
   constexpr int tiles_per_block = shape<TileSize>::block_threads / TileSize;
   auto const tile = block.tile();
-  std::size_t const rounds = (std::size_t{view.num_buckets} + tiles_per_block - 1) / tiles_per_block;
+  std::size_t const rounds =
+      (std::size_t{view.num_buckets} + tiles_per_block - 1) / tiles_per_block;
   if (block.thread_index() == 0) { sh.filled = 0; }
   block.sync();
   // Rounds are block-uniform (the barriers below need every thread).

@@ -364,7 +364,8 @@ std::vector<std::string> check_insert(std::map<key_type, value_type>& model,
     ++times[k];
     auto const was = old.find(k);
     auto const now = model.find(k);
-    bool const known = now != model.end() && (now->second == v || (was != old.end() && was->second == v));
+    bool const known =
+        now != model.end() && (now->second == v || (was != old.end() && was->second == v));
     if (!known) { bad.push_back("evicted " + std::to_string(k) + " with a value it never held"); }
   }
   for (auto const& [k, v] : table) {
@@ -392,7 +393,8 @@ std::vector<std::string> check_insert(std::map<key_type, value_type>& model,
 
 /// Inserts @p keys through the grid, then checks the batch (check_insert) against @p model.
 template <class Policy>
-std::vector<std::string> insert_checked(grid_table<Policy>& g, std::map<key_type, value_type>& model,
+std::vector<std::string> insert_checked(grid_table<Policy>& g,
+                                        std::map<key_type, value_type>& model,
                                         std::vector<key_type> const& keys,
                                         std::vector<value_type> const& values, std::uint64_t seed) {
   auto const evicted = g.insert(keys, values, seed);
@@ -502,11 +504,13 @@ TYPED_TEST(GridBodiesPerPolicy, FindContainsEraseAgreeWithTheModel) {
   }
   batch_words e;
   validate(gone, nullptr, 1, e, g.clock(), false, 0);
-  lanes::run_grid<T, kernels::block_count>(grid_table<P>::blocks_for(gone.size(), shape::items_per_block),
-      shape::block_threads, [&](auto const& block, kernels::block_count& sh) {
+  lanes::run_grid<T, kernels::block_count>(
+      grid_table<P>::blocks_for(gone.size(), shape::items_per_block), shape::block_threads,
+      [&](auto const& block, kernels::block_count& sh) {
         kernels::erase_body<B, T>(block, sh, g.view(), gone.data(), gone.size(), &e.count,
                                   e.reject, nullptr);
-      }, {.resident_blocks = 2, .order_seed = 2});
+      },
+      {.resident_blocks = 2, .order_seed = 2});
   EXPECT_EQ(e.count, want_erased);
   EXPECT_EQ(g.contents(), model);
 }
@@ -555,12 +559,14 @@ TYPED_TEST(GridBodiesPerPolicy, MixedBatchMatchesTheModel) {
   std::vector<op_status> status(n, static_cast<op_status>(0xff));
   std::vector<key_type> ek(n, 0);
   std::vector<value_type> ev(n, 0);
-  lanes::run_grid<T, kernels::eviction_shared<T>>(grid_table<P>::blocks_for(n, shape::items_per_block),
-      shape::block_threads, [&](auto const& block, kernels::eviction_shared<T>& sh) {
+  lanes::run_grid<T, kernels::eviction_shared<T>>(
+      grid_table<P>::blocks_for(n, shape::items_per_block), shape::block_threads,
+      [&](auto const& block, kernels::eviction_shared<T>& sh) {
         kernels::execute_body<P, B, T>(block, sh, g.view(), o2.data(), k2.data(), v2.data(),
                                        out.data(), status.data(), n, ek.data(), ev.data(), &w.count,
                                        w.reject, nullptr);
-      }, {.resident_blocks = 2, .order_seed = 17});
+      },
+      {.resident_blocks = 2, .order_seed = 17});
   ASSERT_EQ(w.count, 0u) << "the table was sized for no eviction";
   for (std::size_t i = 0; i < n; ++i) {
     auto const m = model.find(k2[i]);
@@ -593,15 +599,17 @@ TYPED_TEST(GridBodiesPerPolicy, RejectedBatchLeavesTheTableUnchanged) {
   std::map<key_type, value_type> model;
   ASSERT_TRUE(insert_checked(g, model, keys, values, 0).empty());
   view_type const v = g.view();
-  std::vector<unsigned char> before(reinterpret_cast<unsigned char const*>(v.buckets),
-                                    reinterpret_cast<unsigned char const*>(v.buckets + v.num_buckets));
+  std::vector<unsigned char> before(
+      reinterpret_cast<unsigned char const*>(v.buckets),
+      reinterpret_cast<unsigned char const*>(v.buckets + v.num_buckets));
   std::vector<key_type> bad = fresh_keys(rng, 700, used);
   bad[555] = ccht::empty_key;
   std::vector<value_type> bad_values(bad.size(), 9);
   std::size_t const evicted = g.insert(bad, bad_values, 1).size();
   EXPECT_EQ(evicted, 0u);
-  std::vector<unsigned char> after(reinterpret_cast<unsigned char const*>(v.buckets),
-                                   reinterpret_cast<unsigned char const*>(v.buckets + v.num_buckets));
+  std::vector<unsigned char> after(
+      reinterpret_cast<unsigned char const*>(v.buckets),
+      reinterpret_cast<unsigned char const*>(v.buckets + v.num_buckets));
   EXPECT_TRUE(before == after) << "a rejected batch changed the table";
 }
 
@@ -619,7 +627,9 @@ TYPED_TEST(GridBodiesPerPolicy, SizeExportAndClearAgreeWithTheCpuBackend) {
 
   std::size_t size = 0;
   lanes::run_grid<1, kernels::no_shared>(3, kernels::stream_block_threads,
-      [&](auto const& block, kernels::no_shared&) { kernels::size_body<B>(block, g.view(), &size); });
+                                         [&](auto const& block, kernels::no_shared&) {
+                                           kernels::size_body<B>(block, g.view(), &size);
+                                         });
   EXPECT_EQ(size, want.size());
   EXPECT_EQ(size, g.table().size());
 

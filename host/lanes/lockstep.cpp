@@ -205,7 +205,8 @@ struct fiber {
     ctx.uc_stack.ss_sp = stack_bottom();
     ctx.uc_stack.ss_size = stack_bytes;
     ctx.uc_link = nullptr;
-    makecontext(&ctx, reinterpret_cast<void (*)()>(&ccht_lanes_fiber_main), 1, static_cast<void*>(this));
+    makecontext(&ctx, reinterpret_cast<void (*)()>(&ccht_lanes_fiber_main), 1,
+                static_cast<void*>(this));
 #endif
 #if CCHT_LANES_ASAN
     asan_fake = nullptr;
@@ -277,7 +278,8 @@ void park(fiber* f) {
 
 [[noreturn]] void fiber_loop(fiber* f) {
 #if CCHT_LANES_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &tls_runner.runner_stack, &tls_runner.runner_stack_bytes);
+  __sanitizer_finish_switch_fiber(nullptr, &tls_runner.runner_stack,
+                                  &tls_runner.runner_stack_bytes);
 #endif
   while (true) {  // one body per run; between runs the fiber waits here, parked
     try {  // an exception must not unwind past the fiber's first frame
@@ -592,7 +594,8 @@ void run_group(group_shape const& shape, lane_body body, void* context,
   if (w == 0 || w > 32 || shape.tiles_per_block == 0 || shape.blocks == 0 ||
       std::uint64_t{w} * shape.tiles_per_block * shape.blocks > 65536) {
     throw std::invalid_argument(
-        "ccht::lanes::run: 1 to 32 lanes per tile, at least one tile and block, 65536 lanes at most");
+        "ccht::lanes::run: 1 to 32 lanes per tile, at least one tile and block, 65536 lanes at "
+        "most");
   }
   lane_group g;
   g.shape = shape;

@@ -319,9 +319,8 @@ struct insert_steps {
   /// The key's slot, else a free slot (status inserted), else status inserted_evicted and no
   /// target yet.
   template <class Tile>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static placement locate(Tile const& tile, pair_buckets const& p, key_type key,
-                                           access_counts* acc) noexcept {
-    placement at;
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static placement
+  locate(Tile const& tile, pair_buckets const& p, key_type key, access_counts* acc) noexcept {
     count_probe<B>(acc);
     scan_result const r1 = scan_locked(tile, p.first, key);
     if (r1.match >= 0) { return {&p.first, r1.match, op_status::assigned, false}; }
@@ -335,15 +334,15 @@ struct insert_steps {
       return {&p.first, r1.empty, op_status::inserted, r1.free == B};
     }
     if (r2.empty >= 0) { return {&p.second, r2.empty, op_status::inserted, r2.free == B}; }
-    return at;
+    return {};  // both full: inserted_evicted, the victim still to choose
   }
 
   /// Both buckets full: the older of their oldest entries becomes the victim. False when every
   /// entry of both is pinned (nothing may go).
   template <class Tile>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool take_bucket_victim(Tile const& tile, view_type const& v,
-                                                  pair_buckets const& p, placement& at,
-                                                  access_counts* acc) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool
+  take_bucket_victim(Tile const& tile, view_type const& v, pair_buckets const& p, placement& at,
+                     access_counts* acc) noexcept {
     count_scores<B>(acc);
     count_scores<B>(acc);
     count_value_read(acc);  // the victim's value, to report it
@@ -369,9 +368,9 @@ struct insert_steps {
 
   /// A hook that leaves existing keys alone: report the present value, change nothing, unlock.
   template <class Tile>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status report_existing(Tile const& tile, view_type const& v,
-                                                    locked_pair const& pair, placement const& at,
-                                                    value_type& value) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status
+  report_existing(Tile const& tile, view_type const& v, locked_pair const& pair,
+                  placement const& at, value_type& value) noexcept {
     value_type current = 0;
     if (tile.thread_rank() == 0) { current = load_relaxed(at.target->values[at.slot]); }
     unlock_pair(tile, v, pair);
@@ -382,9 +381,9 @@ struct insert_steps {
   /// Own-first (global.hpp): at the capacity, the older own bucket's oldest entry goes if it is
   /// old enough; then the new entry takes its slot. False to search globally instead.
   template <class Tile>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool evict_own(Tile const& tile, view_type const& v,
-                                         pair_buckets const& p, placement& at, tick_type tick,
-                                         access_counts* acc) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool
+  evict_own(Tile const& tile, view_type const& v, pair_buckets const& p, placement& at,
+            tick_type tick, access_counts* acc) noexcept {
     int own_slot = -1;
     int const own = own_victim(tile, v, tick, p.first, p.second, own_slot, acc);
     if (own < 0) { return false; }
@@ -403,11 +402,10 @@ struct insert_steps {
   /// A new entry with a global capacity layer: take its place in the live count and, at the
   /// capacity, evict a victim (own-first, one chosen for the batch, or the global search).
   template <class Tile, class Hook>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static room make_room(Tile const& tile, view_type const& v,
-                                         locked_pair const& pair, pair_buckets const& p,
-                                         placement& at, tick_type tick, Hook& hook,
-                                         key_type& evicted_key, value_type& evicted_value,
-                                         access_counts* acc) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static room
+  make_room(Tile const& tile, view_type const& v, locked_pair const& pair, pair_buckets const& p,
+            placement& at, tick_type tick, Hook& hook, key_type& evicted_key,
+            value_type& evicted_value, access_counts* acc) noexcept {
     room r;
     r.note_tail = v.tails != nullptr && at.target_empty;
     std::uint64_t before = 0;
@@ -416,7 +414,9 @@ struct insert_steps {
     before = tile.shfl(before, 0);
     bool own = false;
     if constexpr (Policy::global == global_layer::entry_lru) {
-      if (before >= v.capacity && v.victim_age != nullptr) { own = evict_own(tile, v, p, at, tick, acc); }
+      if (before >= v.capacity && v.victim_age != nullptr) {
+        own = evict_own(tile, v, p, at, tick, acc);
+      }
     }
     if (own) {
       r.note_tail = false;  // the new entry took the old oldest's slot in place
@@ -444,8 +444,8 @@ struct insert_steps {
   /// A free slot and no victim: whether the hook lets the entry take it (a refusal gives the
   /// live count back).
   template <class Tile, class Hook>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool reserve_free_slot(Tile const& tile, view_type const& v,
-                                                 Hook& hook) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static bool
+  reserve_free_slot(Tile const& tile, view_type const& v, Hook& hook) noexcept {
     int ok = 1;
     if (tile.thread_rank() == 0) { ok = hook.reserve() ? 1 : 0; }
     if (tile.shfl(ok, 0) != 0) { return true; }
@@ -458,13 +458,11 @@ struct insert_steps {
   /// Lane 0 writes the entry (an assignment promotes; a new entry reports what its slot held)
   /// and releases both buckets.
   template <class Tile, class Hook>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void write_and_unlock(Tile const& tile, view_type const& v,
-                                                locked_pair const& pair, pair_buckets const& p,
-                                                placement const& at, key_type key,
-                                                value_type& value, tick_type tick, Hook& hook,
-                                                bool note_tail, key_type& evicted_key,
-                                                value_type& evicted_value,
-                                                access_counts* acc) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void
+  write_and_unlock(Tile const& tile, view_type const& v, locked_pair const& pair,
+                   pair_buckets const& p, placement const& at, key_type key, value_type& value,
+                   tick_type tick, Hook& hook, bool note_tail, key_type& evicted_key,
+                   value_type& evicted_value, access_counts* acc) noexcept {
     count_slot_write(acc);
     if (tile.thread_rank() != 0) { return; }
     bucket<B>& b = *at.target;
@@ -488,13 +486,11 @@ struct insert_steps {
 
   /// After the unlock: an insert above the capacity evicts its debt (when the hook allows),
   /// and the evicted pair and the stored value reach every lane.
-  template <class Tile, class Hook>
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status repay_and_report(Tile const& tile, view_type const& v,
-                                                     op_status status, bool owes_victim,
-                                                     key_type key, tick_type tick, Hook&,
-                                                     value_type& value, key_type& evicted_key,
-                                                     value_type& evicted_value,
-                                                     access_counts* acc) noexcept {
+  template <class Hook, class Tile>
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static op_status
+  repay_and_report(Tile const& tile, view_type const& v, op_status status, bool owes_victim,
+                   key_type key, tick_type tick, value_type& value, key_type& evicted_key,
+                   value_type& evicted_value, access_counts* acc) noexcept {
     if constexpr (Policy::global != global_layer::none && repays_overshoot_v<Hook>) {
       if (owes_victim && status == op_status::inserted &&
           repay_overshoot<Policy::global>(tile, v, tick, key, evicted_key, evicted_value, acc)) {
@@ -564,7 +560,8 @@ struct bucket_ops {
       return true;
     }
     detail::count_probe<BucketSize>(acc);
-    return detail::read_bucket(tile, v.buckets[cb.second], v.versions[cb.second], key, ignored) >= 0;
+    return detail::read_bucket(tile, v.buckets[cb.second], v.versions[cb.second], key, ignored) >=
+           0;
   }
 
   /**
@@ -624,12 +621,15 @@ struct bucket_ops {
       return op_status::no_space;
     }
     if constexpr (!Hook::assigns_existing) {
-      if (at.status == op_status::assigned) { return steps::report_existing(tile, v, pair, at, value); }
+      if (at.status == op_status::assigned) {
+        return steps::report_existing(tile, v, pair, at, value);
+      }
     }
     typename steps::room room{};
     if constexpr (Policy::global != global_layer::none) {
       if (at.status == op_status::inserted) {
-        room = steps::make_room(tile, v, pair, buckets, at, tick, hook, evicted_key, evicted_value, acc);
+        room = steps::make_room(tile, v, pair, buckets, at, tick, hook, evicted_key, evicted_value,
+                                acc);
       }
     }
     if (at.status == op_status::inserted && !steps::reserve_free_slot(tile, v, hook)) {
@@ -638,8 +638,8 @@ struct bucket_ops {
     }
     steps::write_and_unlock(tile, v, pair, buckets, at, key, value, tick, hook, room.note_tail,
                             evicted_key, evicted_value, acc);
-    return steps::repay_and_report(tile, v, at.status, room.owes_victim, key, tick, hook, value,
-                                   evicted_key, evicted_value, acc);
+    return steps::template repay_and_report<Hook>(tile, v, at.status, room.owes_victim, key, tick,
+                                                  value, evicted_key, evicted_value, acc);
   }
 
   /// Removes @p key if present. @return true when it was removed
@@ -787,7 +787,9 @@ struct bucket_ops {
     if (is_pinned_score(left)) { return pin_outcome::released; }
     detail::promote_locked<Policy>(s, tick);
     // The bucket's oldest evictable score may just have dropped: keep its word a lower bound.
-    if (v.tails != nullptr) { detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask, acc); }
+    if (v.tails != nullptr) {
+      detail::lower_tail(v, bi, detail::load_relaxed(s) & pin_score_mask, acc);
+    }
     return pin_outcome::released_last;
   }
 
@@ -821,10 +823,9 @@ struct bucket_ops {
    *         absent or refused, on every lane; the entry's value in @p value (when present)
    */
   template <class Tile, class Accept>
-  CCHT_HOST_DEVICE static pin_outcome pin_optimistic(Tile const& tile, view_type const& v,
-                                                     key_type key, value_type& value,
-                                                     Accept&& accept, access_counts* acc = nullptr,
-                                                     detail::slot_hint const* hint = nullptr) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome pin_optimistic(
+      Tile const& tile, view_type const& v, key_type key, value_type& value, Accept&& accept,
+      access_counts* acc = nullptr, detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable, "this policy's scores have no room for pins");
     if (!v.optimistic_pins) {  // writers do not claim victims here: pin under the lock
       pin_outcome held = pin_outcome::absent;
@@ -870,11 +871,10 @@ struct bucket_ops {
    *         or refused, on every lane; the entry's value in @p value (when present)
    */
   template <class Tile, class Accept>
-  CCHT_HOST_DEVICE static pin_outcome unpin_optimistic(Tile const& tile, view_type const& v,
-                                                       key_type key, tick_type tick,
-                                                       value_type& value, Accept&& accept,
-                                                       access_counts* acc = nullptr,
-                                                       detail::slot_hint const* hint = nullptr) noexcept {
+  CCHT_HOST_DEVICE static pin_outcome unpin_optimistic(
+      Tile const& tile, view_type const& v, key_type key, tick_type tick, value_type& value,
+      Accept&& accept, access_counts* acc = nullptr,
+      detail::slot_hint const* hint = nullptr) noexcept {
     static_assert(Policy::pinnable && Policy::promotes_by_max,
                   "optimistic unpins need a pinnable by-max policy");
     if (!v.optimistic_pins) {  // no claims on this table: unpin under the lock
@@ -917,7 +917,8 @@ struct bucket_ops {
   /// Prefetches what a find of @p key reads first (host only; a no-op on the device).
   /// Force-inlined: a function whose only effect is __builtin_prefetch is "pure" to GCC's IPA,
   /// so an out-of-line call to it is deleted as dead code and nothing is prefetched.
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch(view_type const& v, key_type key) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch(view_type const& v,
+                                                         key_type key) noexcept {
 #if !CCHT_DEVICE_CODE
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     __builtin_prefetch(&v.versions[cb.first]);
@@ -933,7 +934,8 @@ struct bucket_ops {
 
   /// Prefetches, for writing, what an upsert or erase of @p key may touch in both buckets.
   /// Force-inlined for the same reason as prefetch().
-  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch_for_update(view_type const& v, key_type key) noexcept {
+  CCHT_HOST_DEVICE CCHT_FORCEINLINE static void prefetch_for_update(view_type const& v,
+                                                                    key_type key) noexcept {
 #if !CCHT_DEVICE_CODE
     candidate_buckets const cb = candidates(key, v.seed, v.num_buckets);
     for (std::uint32_t bi : {cb.first, cb.second}) {

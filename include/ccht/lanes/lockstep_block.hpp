@@ -131,16 +131,19 @@ struct grid_call {
  *         for a block that is not a whole number of tiles or an empty grid
  */
 template <unsigned TileSize, class Shared, class F>
-void run_grid(unsigned grid_blocks, unsigned block_threads, F&& f, grid_options const& options = {}) {
+void run_grid(unsigned grid_blocks, unsigned block_threads, F&& f,
+              grid_options const& options = {}) {
   static_assert(std::is_trivially_default_constructible_v<Shared> &&
                     std::is_trivially_destructible_v<Shared>,
                 "shared memory holds trivial types (a __shared__ variable has no constructor)");
   if (grid_blocks == 0 || block_threads == 0 || block_threads % TileSize != 0 ||
       options.resident_blocks == 0) {
     throw std::invalid_argument(
-        "ccht::lanes::run_grid: a non-empty grid of blocks of whole tiles, one resident block or more");
+        "ccht::lanes::run_grid: a non-empty grid of blocks of whole tiles, one resident block or "
+        "more");
   }
-  unsigned const wave = options.resident_blocks < grid_blocks ? options.resident_blocks : grid_blocks;
+  unsigned const wave =
+      options.resident_blocks < grid_blocks ? options.resident_blocks : grid_blocks;
   auto storage = std::make_unique<Shared[]>(wave);
   using call_type = detail::grid_call<TileSize, Shared, std::remove_reference_t<F>>;
   for (unsigned first = 0; first < grid_blocks; first += wave) {
